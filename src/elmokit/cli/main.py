@@ -1,0 +1,39 @@
+"""The `elmokit` command: one parser, one subcommand per module in this package.
+
+Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
+`func` to a callable taking the parsed arguments and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand modules, in the order `elmokit --help` lists them.
+SUBCOMMAND_MODULES = ["embed", "convert", "demo"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="elmokit",
+        description="Deep contextualized word representations: embed, convert, train, evaluate.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in SUBCOMMAND_MODULES:
+        module = importlib.import_module(f"elmokit.cli.{module_name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
