@@ -1,0 +1,355 @@
+"""The bidirectional language model of ELMo (Peters et al. 2018, "Deep contextualized word
+representations", NAACL), read top to bottom in data-flow order.
+
+It must reproduce the reference implementations (bilm-tf, allennlp) on their weight files;
+``../shared/spec/elmo_reference.md`` §3 is the behaviour, the conformance tests are the proof.
+
+Legend (shape comments): B batch, T tokens (T2 = T + 2 with <S> and </S>), C = 50 characters
+per token, P projection size, D LSTM cell size, L LSTM layers.
+
+    char ids (B, T, C) --add <S>, </S>--> (B, T2, C)
+      -> CharCNNEncoder                    token vectors x (B, T2, P)          layer 0 = [x; x]
+      -> forward stack:  L ProjectedLSTM   reading left to right               layer l = [f_l; b_l]
+         backward stack: L ProjectedLSTM   reading each row's tokens reversed
+      -> layers (L+1, B, T2, 2P), mask (B, T2)
+
+The two stacks never exchange information; from the second layer on, a layer's input is added
+to its output (``use_skip_connections``; bilm-tf models trained without it set it false).
+
+Deliberate deviations from the reference, both opt-outs of surprising behaviour:
+* State. The reference carries every row's final LSTM state into the next call, so a sentence's
+  vectors depend on what was embedded before it in the same batch row. Here every sentence
+  starts from a zero state unless ``stateful=True``, which reproduces the reference exactly
+  (spec §3.8), including its per-row bookkeeping.
+* Padding. Token slots that are padding are never run through the char CNN (the reference
+  computes and then masks them); the outputs are identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import nn
+
+from elmokit.nn.char_encoder import CharCNNEncoder
+from elmokit.nn.lstm import ProjectedLSTM, reverse_padded
+from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS
+
+logger = logging.getLogger(__name__)
+
+ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BiLMConfig:
+    """Architecture of a biLM. Saved as ``config.json`` (with ``format_version``).
+
+    Field names follow the reference ``options.json`` (spec §3.1) where one exists.
+    """
+
+    FORMAT_VERSION: ClassVar[int] = 1
+
+    char_embedding_dim: int = 16
+    filters: tuple[tuple[int, int], ...] = ORIGINAL_FILTERS  # (width, number of filters)
+    activation: Literal["relu", "tanh"] = "relu"
+    n_highway: int = 2
+    n_characters: int = 262  # 261 byte/special ids + the padding id 0
+    max_characters_per_token: int = 50
+    lstm_dim: int = 4096  # D, the memory cell
+    projection_dim: int = 512  # P, the LSTM output and the token vector size
+    n_layers: int = 2
+    cell_clip: float | None = 3.0
+    proj_clip: float | None = 3.0
+    use_skip_connections: bool = True
+    # bilm-tf builds the token projection only when sum(filters) != projection_dim.
+    token_projection: bool = True
+
+    def __post_init__(self) -> None:
+        # JSON gives lists; keep the frozen config hashable and comparable.
+        object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        if self.max_characters_per_token != 50:
+            raise ValueError("ELMo character ids are fixed at 50 per token (max_characters_per_token=50)")
+        if self.n_characters != 262:
+            raise ValueError(
+                f"n_characters must be 262 (261 ids + padding); got {self.n_characters}. "
+                "Files written with 261 are converted on load."
+            )
+
+    @property
+    def n_filters(self) -> int:
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Size of every output layer: 2P."""
+        return 2 * self.projection_dim
+
+    def replace(self, **changes: Any) -> "BiLMConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["filters"] = [list(f) for f in self.filters]
+        return {"format_version": self.FORMAT_VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BiLMConfig":
+        data = dict(data)
+        version = data.pop("format_version", None)
+        if version is None:
+            raise ValueError("config has no format_version; is this an elmokit config.json?")
+        if version > cls.FORMAT_VERSION:
+            raise ValueError(
+                f"config format_version {version} is newer than this elmokit understands "
+                f"({cls.FORMAT_VERSION}); upgrade elmokit"
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config has unknown fields {unknown}")
+        for field in dataclasses.fields(cls):
+            if field.name not in data:
+                logger.info("config field %r missing; using the default %r", field.name, field.default)
+        return cls(**data)
+
+
+# Named architectures. `original` is elmo_2x4096_512_2048cnn_2xhighway; `allennlp_small` and
+# `allennlp_medium` the published 2x1024_128 and 2x2048_256 shapes; `tiny` is for tests.
+PRESETS: dict[str, BiLMConfig] = {
+    "tiny": BiLMConfig(
+        char_embedding_dim=4,
+        filters=((1, 4), (2, 8), (3, 16)),
+        n_highway=1,
+        lstm_dim=24,
+        projection_dim=8,
+    ),
+    "small": BiLMConfig(
+        filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256)),
+        n_highway=1,
+        lstm_dim=1024,
+        projection_dim=128,
+    ),
+    "allennlp_small": BiLMConfig(n_highway=1, lstm_dim=1024, projection_dim=128),
+    "allennlp_medium": BiLMConfig(n_highway=1, lstm_dim=2048, projection_dim=256),
+    "original": BiLMConfig(),
+}
+
+
+@dataclass
+class BiLMOutput:
+    """All biLM layers. ``layers`` (L+1, B, T', 2P), zero at padding; ``mask`` (B, T') bool.
+
+    T' = T + 2 with the boundary tokens (position 0 is <S>, position n_b + 1 is </S>), or T
+    without them (see ``BiLM.forward``).
+    """
+
+    layers: torch.Tensor
+    mask: torch.Tensor
+
+
+class BiLM(nn.Module):
+    """ELMo's biLM: all L + 1 layers of every token. See the module docstring.
+
+    ``stateful=True`` is the reference's compatibility mode: each batch row keeps its final
+    LSTM states for the next call (call ``reset_states()`` to forget them).
+    """
+
+    def __init__(self, config: BiLMConfig, *, stateful: bool = False) -> None:
+        super().__init__()
+        self.config = config
+        self.stateful = stateful
+        P, D = config.projection_dim, config.lstm_dim
+        self.token_encoder = CharCNNEncoder(
+            n_characters=config.n_characters,
+            char_embedding_dim=config.char_embedding_dim,
+            filters=config.filters,
+            activation=config.activation,
+            n_highway=config.n_highway,
+            output_dim=P,
+            use_projection=config.token_projection,
+        )
+
+        def make_stack() -> nn.ModuleList:
+            return nn.ModuleList(
+                ProjectedLSTM(P, D, P, cell_clip=config.cell_clip, proj_clip=config.proj_clip)
+                for _ in range(config.n_layers)
+            )
+
+        self.forward_lstm = make_stack()
+        self.backward_lstm = make_stack()
+        self.register_buffer("boundary_char_ids", torch.from_numpy(BOS_CHAR_IDS), persistent=False)
+        self.register_buffer("end_char_ids", torch.from_numpy(EOS_CHAR_IDS), persistent=False)
+        # Stateful mode only: h (L, 2 directions, rows, P) and c (L, 2, rows, D).
+        self._state: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.n_layers + 1
+
+    @property
+    def output_dim(self) -> int:
+        return self.config.output_dim
+
+    def reset_states(self) -> None:
+        self._state = None
+
+    # ---- construction from files (the formats/ package does the work) ------------------------
+
+    @classmethod
+    def from_state(cls, config: BiLMConfig, state: dict, *, stateful: bool = False) -> "BiLM":
+        """A model from a config and a state dict of arrays (numpy or torch) under our names."""
+        model = cls(config, stateful=stateful)
+        expected = model.state_dict()
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        if missing or unexpected:
+            raise ValueError(f"weights do not fit the config: missing {missing}, unexpected {unexpected}")
+        tensors = {}
+        for name, value in state.items():
+            tensor = torch.as_tensor(value, dtype=torch.float32)
+            if tuple(tensor.shape) != tuple(expected[name].shape):
+                raise ValueError(
+                    f"weight {name!r} has shape {tuple(tensor.shape)}, expected {tuple(expected[name].shape)}"
+                )
+            tensors[name] = tensor
+        model.load_state_dict(tensors)
+        return model.eval()
+
+    @classmethod
+    def from_original(cls, options_file, weight_file, *, stateful: bool = False) -> "BiLM":
+        """Load bilm-tf / allennlp ``options.json`` + ``weights.hdf5`` (261- or 262-row char table)."""
+        from elmokit.formats.bilm_hdf5 import read_options, read_weights
+
+        config = read_options(options_file)
+        return cls.from_state(config, read_weights(weight_file, config), stateful=stateful)
+
+    @classmethod
+    def from_pretrained(cls, path="default", *, stateful: bool = False) -> "BiLM":
+        """Load ``"default"`` (the shipped model), a native folder, or a folder holding
+        ``options.json`` and one ``.hdf5`` weight file."""
+        from elmokit.formats import load_bilm
+
+        return load_bilm(path, stateful=stateful)
+
+    def numpy_state(self) -> dict:
+        return {name: value.detach().cpu().numpy() for name, value in self.state_dict().items()}
+
+    def save_pretrained(self, directory, *, model_card: str | None = None):
+        """Write the native folder: config.json + model.safetensors + README.md (model card)."""
+        from elmokit.formats.native import write_native
+
+        return write_native(directory, self.config, self.numpy_state(), model_card=model_card)
+
+    def save_original(self, directory):
+        """Write ``options.json`` + ``weights.hdf5`` that bilm-tf and allennlp can read."""
+        from elmokit.formats.bilm_hdf5 import write_original
+
+        return write_original(directory, self.config, self.numpy_state())
+
+    # ---- data flow -------------------------------------------------------------------------
+
+    def add_boundaries(self, char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, C) -> char ids (B, T2, C) with <S> first and </S> after each row's last token,
+        and the mask (B, T2). Rows are left-aligned; an empty row becomes <S> </S>."""
+        batch_size, num_tokens, num_chars = char_ids.shape
+        lengths = (char_ids > 0).any(dim=-1).sum(dim=1)  # (B,)
+        with_boundaries = char_ids.new_zeros(batch_size, num_tokens + 2, num_chars)
+        with_boundaries[:, 1 : num_tokens + 1] = char_ids
+        with_boundaries[:, 0] = self.boundary_char_ids
+        rows = torch.arange(batch_size, device=char_ids.device)
+        with_boundaries[rows, lengths + 1] = self.end_char_ids
+        positions = torch.arange(num_tokens + 2, device=char_ids.device)
+        mask = positions.unsqueeze(0) < (lengths + 2).unsqueeze(1)  # (B, T2)
+        return with_boundaries, mask
+
+    def token_vectors(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Context-independent vectors (..., P) of the masked token slots; zeros elsewhere."""
+        flat_ids = char_ids[mask]  # (N, C), real tokens only
+        vectors = self.token_encoder(flat_ids)  # (N, P)
+        out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
+        out[mask] = vectors
+        return out
+
+    def forward(self, char_ids: torch.Tensor, *, keep_boundaries: bool = True) -> BiLMOutput:
+        """char ids (B, T, C) from ``batch_to_ids`` -> ``BiLMOutput``.
+
+        With ``keep_boundaries`` (the default, like allennlp's ``_ElmoBiLm``) the layers include
+        the <S> and </S> positions (T2 = T + 2); otherwise they are removed and rows stay
+        left-aligned (T' = T).
+        """
+        if char_ids.dim() != 3 or char_ids.shape[-1] != self.config.max_characters_per_token:
+            raise ValueError(f"expected char ids of shape (B, T, 50), got {tuple(char_ids.shape)}")
+        ids, mask = self.add_boundaries(char_ids)  # (B, T2, C), (B, T2)
+        lengths = mask.sum(dim=1)  # (B,)
+        tokens = self.token_vectors(ids, mask)  # (B, T2, P)
+        layers = [torch.cat([tokens, tokens], dim=-1)]  # layer 0: the token vector, duplicated
+
+        initial = self._initial_state(ids.shape[0], tokens) if self.stateful else None
+        final_h, final_c = [], []
+        forward_in, backward_in = tokens, reverse_padded(tokens, lengths)
+        for layer in range(self.config.n_layers):
+            state_f = (initial[0][layer, 0], initial[1][layer, 0]) if initial else None
+            state_b = (initial[0][layer, 1], initial[1][layer, 1]) if initial else None
+            forward_out, (h_f, c_f) = self.forward_lstm[layer](forward_in, lengths, state_f)
+            backward_out, (h_b, c_b) = self.backward_lstm[layer](backward_in, lengths, state_b)
+            if layer > 0 and self.config.use_skip_connections:
+                forward_out = forward_out + forward_in  # residual (TF ResidualWrapper)
+                backward_out = backward_out + backward_in
+            layers.append(torch.cat([forward_out, reverse_padded(backward_out, lengths)], dim=-1))
+            forward_in, backward_in = forward_out, backward_out
+            final_h.append(torch.stack([h_f, h_b]))
+            final_c.append(torch.stack([c_f, c_b]))
+        if self.stateful:
+            self._update_state(torch.stack(final_h), torch.stack(final_c))
+
+        stacked = torch.stack(layers)  # (L+1, B, T2, 2P)
+        if keep_boundaries:
+            return BiLMOutput(stacked, mask)
+        return BiLMOutput(*remove_boundaries(stacked, mask))
+
+    # ---- the reference's stateful mode (spec §3.8) ------------------------------------------
+
+    def _initial_state(self, batch_size: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows 0..B-1 of the carried state; rows never seen before start at zero."""
+        L, P, D = self.config.n_layers, self.config.projection_dim, self.config.lstm_dim
+        if self._state is None:
+            self._state = (like.new_zeros(L, 2, 0, P), like.new_zeros(L, 2, 0, D))
+        h, c = self._state
+        if h.shape[2] < batch_size:  # grow the buffer with zero rows, like allennlp
+            grow = batch_size - h.shape[2]
+            h = torch.cat([h, h.new_zeros(L, 2, grow, P)], dim=2)
+            c = torch.cat([c, c.new_zeros(L, 2, grow, D)], dim=2)
+            self._state = (h, c)
+        return h[:, :, :batch_size], c[:, :, :batch_size]
+
+    def _update_state(self, new_h: torch.Tensor, new_c: torch.Tensor) -> None:
+        """Rows 0..B-1 take the batch's final states; rows >= B keep theirs.
+
+        allennlp quirk kept for exactness: a row whose new first-layer state (both directions)
+        sums to exactly 0.0 keeps its old state; h and c are judged separately.
+        """
+        batch_size = new_h.shape[2]
+        old_h, old_c = self._state
+        updated = []
+        for old, new in ((old_h, new_h.detach()), (old_c, new_c.detach())):
+            row_sums = new[0].permute(1, 0, 2).reshape(batch_size, -1).sum(-1)  # (B,)
+            use_new = (row_sums != 0.0).view(1, 1, batch_size, 1)
+            merged = old.clone()
+            merged[:, :, :batch_size] = torch.where(use_new, new, old[:, :, :batch_size])
+            updated.append(merged)
+        self._state = (updated[0], updated[1])
+
+
+def remove_boundaries(layers: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop <S> and </S>: layers (..., B, T2, H), mask (B, T2) -> (..., B, T, H), (B, T).
+
+    Row b's tokens sit at positions 1..n_b, so they stay left-aligned; the row's </S> lands at
+    n_b and is zeroed by the new mask.
+    """
+    new_mask = mask[:, 2:]  # (B, T): position t valid iff t < n_b, i.e. t + 2 < n_b + 2
+    trimmed = layers[..., 1:-1, :] * new_mask.unsqueeze(-1).to(layers.dtype)
+    return trimmed, new_mask

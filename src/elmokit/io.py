@@ -1,0 +1,28 @@
+"""File helpers shared by every writer: nothing half-written ever sits where a result should."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike) -> Iterator[str]:
+    """Yield a temporary path beside ``target``; on success rename it over ``target``.
+
+    On any exception (KeyboardInterrupt included) the temporary file is removed and ``target``
+    is left exactly as it was. The rename is atomic on POSIX filesystems.
+    """
+    target = Path(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise

@@ -1,0 +1,91 @@
+"""One direction of one layer of ELMo's LSTM with a projected hidden state (spec §3.6).
+
+This is TensorFlow's ``LSTMCell(num_proj=P, cell_clip, proj_clip)`` as bilm-tf trained it
+(Hochreiter & Schmidhuber 1997 with the projection of Sak et al. 2014):
+
+    [i, j, f, o] = x_t W_x + h_{t-1} W_h + b      # gate order i, j, f, o as TF stores it
+    c_t = sigmoid(f + 1.0) * c_{t-1} + sigmoid(i) * tanh(j)
+    c_t = clip(c_t, -cell_clip, cell_clip)
+    h_t = clip((sigmoid(o) * tanh(c_t)) W_P, -proj_clip, proj_clip)
+
+Kept for weight compatibility: the TF gate order (so converting is a transpose, never a
+shuffle) and the forget bias of +1.0 added at run time, never folded into the stored bias
+(folding would round, and the round trip to the original files would no longer be exact).
+
+Legend: B batch, T time steps, I input size, D cell size, P projection size.
+Rows are left-aligned: row b is valid for t < lengths[b]. A row stops updating after its last
+step, so the final state of each row is its state after its own last token; outputs at
+padded steps are zero.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+FORGET_BIAS = 1.0
+
+
+class ProjectedLSTM(nn.Module):
+    def __init__(
+        self,
+        input_size: int,
+        cell_size: int,
+        projection_size: int,
+        *,
+        cell_clip: float | None,
+        proj_clip: float | None,
+    ) -> None:
+        super().__init__()
+        self.cell_size = cell_size
+        self.projection_size = projection_size
+        self.cell_clip = cell_clip or None  # 0 / None both mean "no clipping", as in the reference
+        self.proj_clip = proj_clip or None
+        self.input_linear = nn.Linear(input_size, 4 * cell_size)  # W_x (4D, I) and the gate bias
+        self.hidden_linear = nn.Linear(projection_size, 4 * cell_size, bias=False)  # W_h (4D, P)
+        self.projection = nn.Linear(cell_size, projection_size, bias=False)  # W_P (P, D)
+
+    def zero_state(self, batch_size: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = like.new_zeros(batch_size, self.projection_size)
+        c = like.new_zeros(batch_size, self.cell_size)
+        return h, c
+
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        lengths: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """inputs (B, T, I), lengths (B,) -> outputs (B, T, P), final (h (B, P), c (B, D))."""
+        batch_size, num_steps, _ = inputs.shape
+        h, c = state if state is not None else self.zero_state(batch_size, inputs)
+        # The input half of every gate pre-activation, for all steps in one matmul.
+        input_gates = self.input_linear(inputs)  # (B, T, 4D)
+        outputs = inputs.new_zeros(batch_size, num_steps, self.projection_size)
+        for t in range(num_steps):
+            gates = input_gates[:, t] + self.hidden_linear(h)  # (B, 4D)
+            i, j, f, o = gates.chunk(4, dim=-1)
+            new_c = torch.sigmoid(f + FORGET_BIAS) * c + torch.sigmoid(i) * torch.tanh(j)
+            if self.cell_clip is not None:
+                new_c = new_c.clamp(-self.cell_clip, self.cell_clip)
+            new_h = self.projection(torch.sigmoid(o) * torch.tanh(new_c))  # (B, P)
+            if self.proj_clip is not None:
+                new_h = new_h.clamp(-self.proj_clip, self.proj_clip)
+            active = (lengths > t).unsqueeze(-1)  # (B, 1)
+            h = torch.where(active, new_h, h)
+            c = torch.where(active, new_c, c)
+            outputs[:, t] = new_h * active
+        return outputs, (h, c)
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row's valid prefix in time, leaving padding in place: (B, T, ...) -> same.
+
+    TF's ``reverse_sequence``; applying it twice is the identity.
+    """
+    num_steps = x.shape[1]
+    steps = torch.arange(num_steps, device=x.device).unsqueeze(0)  # (1, T)
+    lengths = lengths.unsqueeze(1)  # (B, 1)
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)  # (B, T)
+    index = index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, index)
