@@ -19,7 +19,11 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
     target = Path(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
+    # mkstemp creates the file private (0600); give the result the permissions of a normal file.
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, 0o666 & ~umask)
         yield tmp
         os.replace(tmp, target)
     except BaseException:

@@ -1,0 +1,55 @@
+"""Pieces every subcommand shares: model selection flags, error reporting, threads."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from elmokit.formats import ModelFolderError, WeightFileError
+from elmokit.formats.embedding_hdf5 import InputFileError
+
+# Errors that are the user's input, reported as one line without a traceback.
+USER_ERRORS = (InputFileError, WeightFileError, ModelFolderError, FileNotFoundError)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model (default: the shipped default model)")
+    group.add_argument("--model", default=None, help="'default', a native model folder, or a folder with options.json + weights.hdf5")
+    group.add_argument("--options-file", default=None, help="original options.json (with --weight-file)")
+    group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file)")
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+
+
+def load_embedder(args: argparse.Namespace, *, stateful: bool = False, batch_size: int = 64):
+    from elmokit.elmo import Embedder
+
+    if (args.options_file is None) != (args.weight_file is None):
+        raise ModelFolderError("--options-file and --weight-file go together")
+    if args.options_file is not None:
+        if args.model is not None:
+            raise ModelFolderError("give either --model or --options-file/--weight-file, not both")
+        return Embedder.from_original(args.options_file, args.weight_file, stateful=stateful, batch_size=batch_size)
+    return Embedder.load(args.model or "default", stateful=stateful, batch_size=batch_size)
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def run_reporting_errors(command: str, func, args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        return int(func(args) or 0)
+    except USER_ERRORS as error:
+        print(f"elmokit {command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"elmokit {command}: interrupted; nothing was written to the output", file=sys.stderr)
+        return 130

@@ -1,0 +1,38 @@
+"""`elmokit convert SRC DST`: original options.json + weights.hdf5 <-> native folder, exactly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from elmokit.cli.common import run_reporting_errors
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert between the original hdf5 weights and elmokit's native folder (both ways, exact)",
+        description="Convert a model folder. A native folder (config.json + model.safetensors) becomes "
+        "options.json + weights.hdf5; an original folder (options.json + one .hdf5) becomes a native one.",
+    )
+    parser.add_argument("source", help="model folder, or 'default'")
+    parser.add_argument("destination", help="folder to write (created if missing)")
+    parser.add_argument("--to", choices=("native", "original"), default=None, help="target format (default: the other one)")
+    parser.set_defaults(func=lambda args: run_reporting_errors("convert", run, args))
+
+
+def run(args: argparse.Namespace) -> int:
+    from elmokit.bilm import BiLM
+    from elmokit.formats import CONFIG_NAME, resolve_model_path
+
+    source = resolve_model_path(args.source)
+    target = args.to or ("original" if (source / CONFIG_NAME).exists() else "native")
+    bilm = BiLM.from_pretrained(source)
+    destination = Path(args.destination)
+    if target == "native":
+        bilm.save_pretrained(destination)
+    else:
+        bilm.save_original(destination)
+    print(f"elmokit convert: wrote {target} model to {destination}", file=sys.stderr)
+    return 0

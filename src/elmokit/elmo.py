@@ -1,0 +1,215 @@
+"""What users hold: ``Elmo`` (an nn.Module for task models) and ``Embedder`` (the light query
+object that turns sentences into numpy arrays and files into HDF5).
+
+``Elmo`` keeps the interface AllenNLP users know (spec §3.10): one biLM run, K independent scalar
+mixes (Peters et al. 2018, eq. 1), boundaries removed, dropout; the difference is that sentences
+never influence each other unless ``stateful=True`` asks for the reference's behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from elmokit.bilm import BiLM, remove_boundaries
+from elmokit.nn.scalar_mix import ScalarMix
+from elmokit.text.chars import batch_to_ids
+
+logger = logging.getLogger(__name__)
+
+
+class Elmo(nn.Module):
+    """ELMo representations for a task model.
+
+    Args:
+        options_file, weight_file: the original files (or pass ``module``, or use
+            ``Elmo.from_pretrained``).
+        num_output_representations: K, the number of independent scalar mixes (e.g. one for the
+            tagger input, one for its output).
+        requires_grad: fine-tune the biLM; otherwise it is frozen and run without autograd
+            (only the mixes train).
+        do_layer_norm: normalise each layer before mixing (allennlp semantics).
+        dropout: applied to each representation (active in train mode).
+        keep_sentence_boundaries: return the <S> and </S> positions too (T + 2).
+        scalar_mix_parameters: fixed pre-softmax layer weights; the mixes are then not trained.
+        stateful: the reference's state carrying between calls (see ``BiLM``).
+
+    ``forward(char_ids (..., T, 50))`` returns ``{"elmo_representations": K x (..., T, 2P),
+    "mask": (..., T) bool}``.
+    """
+
+    def __init__(
+        self,
+        options_file: str | os.PathLike | None = None,
+        weight_file: str | os.PathLike | None = None,
+        num_output_representations: int = 1,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        stateful: bool = False,
+        module: BiLM | None = None,
+    ) -> None:
+        super().__init__()
+        if module is None:
+            if options_file is None or weight_file is None:
+                raise ValueError("Elmo needs options_file and weight_file, or module=BiLM(...)")
+            module = BiLM.from_original(options_file, weight_file, stateful=stateful)
+        elif stateful:
+            module.stateful = True
+        self.bilm = module
+        for parameter in self.bilm.parameters():
+            parameter.requires_grad_(requires_grad)
+        self.requires_grad = requires_grad
+        self.keep_sentence_boundaries = keep_sentence_boundaries
+        self.dropout = nn.Dropout(p=dropout)
+        self.scalar_mixes = nn.ModuleList(
+            ScalarMix(
+                self.bilm.num_layers,
+                do_layer_norm=do_layer_norm,
+                initial_scalar_parameters=scalar_mix_parameters,
+                trainable=scalar_mix_parameters is None,
+            )
+            for _ in range(num_output_representations)
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike = "default", num_output_representations: int = 1, *, stateful: bool = False, **kwargs
+    ) -> "Elmo":
+        return cls(module=BiLM.from_pretrained(path, stateful=stateful), num_output_representations=num_output_representations, **kwargs)
+
+    def get_output_dim(self) -> int:
+        return self.bilm.output_dim
+
+    def reset_states(self) -> None:
+        self.bilm.reset_states()
+
+    def forward(self, char_ids: torch.Tensor) -> dict[str, object]:
+        leading, (num_tokens, num_chars) = char_ids.shape[:-2], char_ids.shape[-2:]
+        flat = char_ids.reshape(-1, num_tokens, num_chars)  # (B, T, C)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.requires_grad):
+            output = self.bilm(flat)  # layers (L+1, B, T2, 2P) with boundaries
+        representations = []
+        for mix in self.scalar_mixes:
+            # The mix sees the boundary tokens (its layer-norm statistics include them), as in allennlp.
+            mixed = mix(output.layers, output.mask)  # (B, T2, 2P)
+            if self.keep_sentence_boundaries:
+                mixed, mask = mixed * output.mask.unsqueeze(-1), output.mask
+            else:
+                mixed, mask = remove_boundaries(mixed, output.mask)
+            representations.append(self.dropout(mixed))
+        out_tokens = mask.shape[-1]
+        return {
+            "elmo_representations": [r.reshape(*leading, out_tokens, -1) for r in representations],
+            "mask": mask.reshape(*leading, out_tokens),
+        }
+
+
+OutputFormat = Literal["all", "top", "average"]
+
+
+class Embedder:
+    """The light query object: a biLM for inference and nothing else (no mixes, no optimizer).
+
+    ``embed(sentences)`` gives one float32 array (L+1, n_tokens, 2P) per sentence. By default
+    each sentence starts from a zero LSTM state, so its vectors are the same in any batch and any
+    order; ``stateful=True`` carries states between batches exactly like the reference.
+    Implements the ``Representation`` protocol.
+    """
+
+    def __init__(self, bilm: BiLM, *, name: str = "elmo", batch_size: int = 64) -> None:
+        self.bilm = bilm.eval()
+        self.name = name
+        self.batch_size = batch_size
+
+    @classmethod
+    def load(cls, path: str | os.PathLike = "default", *, stateful: bool = False, batch_size: int = 64) -> "Embedder":
+        """``"default"`` (the shipped model), a native folder, or a folder with options.json + weights.hdf5."""
+        return cls(BiLM.from_pretrained(path, stateful=stateful), name=f"elmo:{Path(str(path)).name}", batch_size=batch_size)
+
+    @classmethod
+    def from_original(
+        cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, *, stateful: bool = False, batch_size: int = 64
+    ) -> "Embedder":
+        bilm = BiLM.from_original(options_file, weight_file, stateful=stateful)
+        return cls(bilm, name=f"elmo:{Path(weight_file).stem}", batch_size=batch_size)
+
+    @property
+    def num_layers(self) -> int:
+        return self.bilm.num_layers
+
+    @property
+    def dim(self) -> int:
+        return self.bilm.output_dim
+
+    @property
+    def stateful(self) -> bool:
+        return self.bilm.stateful
+
+    def reset_states(self) -> None:
+        self.bilm.reset_states()
+
+    @torch.inference_mode()
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """One biLM call on exactly these sentences (one batch; states carried if stateful)."""
+        if not sentences:
+            return []
+        output = self.bilm(batch_to_ids(sentences), keep_boundaries=False)
+        layers = output.layers.permute(1, 0, 2, 3).numpy()  # (B, L+1, T, 2P)
+        return [np.ascontiguousarray(layers[b, :, : len(s)]) for b, s in enumerate(sentences)]
+
+    def embed(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """One array (L+1, n_tokens, 2P) per sentence, in the order given.
+
+        Stateless: sentences are batched by length (less padding), results are order-free.
+        Stateful: batches of ``batch_size`` in the order given, as the reference does.
+        """
+        if isinstance(sentences, str) or any(isinstance(s, str) for s in sentences):
+            raise TypeError("embed expects tokenised sentences (lists of str); use sentence.split()")
+        if self.stateful:
+            order = list(range(len(sentences)))
+        else:
+            order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)
+        results: list[np.ndarray | None] = [None] * len(sentences)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for index, array in zip(chunk, self.embed_batch([sentences[i] for i in chunk])):
+                results[index] = array
+        return results  # type: ignore[return-value]
+
+    def embed_sentence(self, tokens: Sequence[str]) -> np.ndarray:
+        return self.embed([tokens])[0]
+
+    def embed_file(
+        self,
+        input_file: str | os.PathLike,
+        output_file: str | os.PathLike,
+        *,
+        output_format: OutputFormat = "all",
+        use_sentence_keys: bool = False,
+        forget_sentences: bool = False,
+        allow_empty_lines: bool = False,
+        progress: bool | None = None,
+    ):
+        """Embed a file of whitespace-tokenised sentences (one per line) into HDF5 in the layout of
+        the old ``allennlp elmo`` command. See ``elmokit.formats.embedding_hdf5.embed_file``."""
+        from elmokit.formats.embedding_hdf5 import embed_file
+
+        return embed_file(
+            self,
+            input_file,
+            output_file,
+            output_format=output_format,
+            use_sentence_keys=use_sentence_keys,
+            forget_sentences=forget_sentences,
+            allow_empty_lines=allow_empty_lines,
+            progress=progress,
+        )
