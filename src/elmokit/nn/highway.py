@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from elmokit.nn.functional import invariant_linear, sigmoid
+
 
 class Highway(nn.Module):
     """A stack of highway layers of constant width. Shapes: (..., F) -> (..., F)."""
@@ -24,6 +26,6 @@ class Highway(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for carry, transform in zip(self.carry, self.transform):
-            gate = torch.sigmoid(carry(x))
-            x = gate * torch.relu(transform(x)) + (1.0 - gate) * x
+            gate = sigmoid(invariant_linear(x, carry.weight, carry.bias))
+            x = gate * torch.relu(invariant_linear(x, transform.weight, transform.bias)) + (1.0 - gate) * x
         return x

@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from elmokit.nn.functional import invariant_linear, sigmoid
+
 FORGET_BIAS = 1.0
 
 
@@ -60,15 +62,15 @@ class ProjectedLSTM(nn.Module):
         batch_size, num_steps, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch_size, inputs)
         # The input half of every gate pre-activation, for all steps in one matmul.
-        input_gates = self.input_linear(inputs)  # (B, T, 4D)
+        input_gates = invariant_linear(inputs, self.input_linear.weight, self.input_linear.bias)  # (B, T, 4D)
         outputs = inputs.new_zeros(batch_size, num_steps, self.projection_size)
         for t in range(num_steps):
-            gates = input_gates[:, t] + self.hidden_linear(h)  # (B, 4D)
+            gates = input_gates[:, t] + invariant_linear(h, self.hidden_linear.weight)  # (B, 4D)
             i, j, f, o = gates.chunk(4, dim=-1)
-            new_c = torch.sigmoid(f + FORGET_BIAS) * c + torch.sigmoid(i) * torch.tanh(j)
+            new_c = sigmoid(f + FORGET_BIAS) * c + sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
                 new_c = new_c.clamp(-self.cell_clip, self.cell_clip)
-            new_h = self.projection(torch.sigmoid(o) * torch.tanh(new_c))  # (B, P)
+            new_h = invariant_linear(sigmoid(o) * torch.tanh(new_c), self.projection.weight)  # (B, P)
             if self.proj_clip is not None:
                 new_h = new_h.clamp(-self.proj_clip, self.proj_clip)
             active = (lengths > t).unsqueeze(-1)  # (B, 1)
