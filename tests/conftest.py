@@ -69,7 +69,7 @@ def random_tf_weights(options: dict, seed: int = 0, scale: float = 0.5) -> dict[
         for layer in range(lstm.get("n_layers", 1)):
             cell = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
             w[f"{cell}/W_0"], w[f"{cell}/B"], w[f"{cell}/W_P_0"] = r(2 * P, 4 * D), r(4 * D), r(D, P)
-    return w
+    return {name: value.astype(np.float32) for name, value in w.items()}  # the format is float32
 
 
 def write_original_files(directory: Path, options: dict, weights: dict) -> tuple[Path, Path]:
