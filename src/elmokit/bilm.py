@@ -181,8 +181,6 @@ class BiLM(nn.Module):
 
         self.forward_lstm = make_stack()
         self.backward_lstm = make_stack()
-        self.register_buffer("boundary_char_ids", torch.from_numpy(BOS_CHAR_IDS), persistent=False)
-        self.register_buffer("end_char_ids", torch.from_numpy(EOS_CHAR_IDS), persistent=False)
         # Stateful mode only: h (L, 2 directions, rows, P) and c (L, 2, rows, D).
         self._state: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -252,20 +250,6 @@ class BiLM(nn.Module):
 
     # ---- data flow -------------------------------------------------------------------------
 
-    def add_boundaries(self, char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, T, C) -> char ids (B, T2, C) with <S> first and </S> after each row's last token,
-        and the mask (B, T2). Rows are left-aligned; an empty row becomes <S> </S>."""
-        batch_size, num_tokens, num_chars = char_ids.shape
-        lengths = (char_ids > 0).any(dim=-1).sum(dim=1)  # (B,)
-        with_boundaries = char_ids.new_zeros(batch_size, num_tokens + 2, num_chars)
-        with_boundaries[:, 1 : num_tokens + 1] = char_ids
-        with_boundaries[:, 0] = self.boundary_char_ids
-        rows = torch.arange(batch_size, device=char_ids.device)
-        with_boundaries[rows, lengths + 1] = self.end_char_ids
-        positions = torch.arange(num_tokens + 2, device=char_ids.device)
-        mask = positions.unsqueeze(0) < (lengths + 2).unsqueeze(1)  # (B, T2)
-        return with_boundaries, mask
-
     def token_vectors(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Context-independent vectors (..., P) of the masked token slots; zeros elsewhere."""
         flat_ids = char_ids[mask]  # (N, C), real tokens only
@@ -283,7 +267,7 @@ class BiLM(nn.Module):
         """
         if char_ids.dim() != 3 or char_ids.shape[-1] != self.config.max_characters_per_token:
             raise ValueError(f"expected char ids of shape (B, T, 50), got {tuple(char_ids.shape)}")
-        ids, mask = self.add_boundaries(char_ids)  # (B, T2, C), (B, T2)
+        ids, mask = add_boundaries(char_ids)  # (B, T2, C), (B, T2)
         lengths = mask.sum(dim=1)  # (B,)
         tokens = self.token_vectors(ids, mask)  # (B, T2, P)
         layers = [torch.cat([tokens, tokens], dim=-1)]  # layer 0: the token vector, duplicated
@@ -342,6 +326,21 @@ class BiLM(nn.Module):
             merged[:, :, :batch_size] = torch.where(use_new, new, old[:, :, :batch_size])
             updated.append(merged)
         self._state = (updated[0], updated[1])
+
+
+def add_boundaries(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T, C) -> char ids (B, T2, C) with <S> first and </S> after each row's last token,
+    and the mask (B, T2). Rows are left-aligned; an empty row becomes <S> </S>."""
+    batch_size, num_tokens, num_chars = char_ids.shape
+    lengths = (char_ids > 0).any(dim=-1).sum(dim=1)  # (B,)
+    with_boundaries = char_ids.new_zeros(batch_size, num_tokens + 2, num_chars)
+    with_boundaries[:, 1 : num_tokens + 1] = char_ids
+    with_boundaries[:, 0] = torch.from_numpy(BOS_CHAR_IDS).to(char_ids.device)
+    rows = torch.arange(batch_size, device=char_ids.device)
+    with_boundaries[rows, lengths + 1] = torch.from_numpy(EOS_CHAR_IDS).to(char_ids.device)
+    positions = torch.arange(num_tokens + 2, device=char_ids.device)
+    mask = positions.unsqueeze(0) < (lengths + 2).unsqueeze(1)  # (B, T2)
+    return with_boundaries, mask
 
 
 def remove_boundaries(layers: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
