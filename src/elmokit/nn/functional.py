@@ -18,6 +18,8 @@ fell in the batch. ``exp`` and ``tanh`` do not, and ``+`` and ``/`` are exactly 
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
@@ -44,3 +46,70 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
     """The logistic function, rounded the same way wherever x sits in a tensor."""
     return 1.0 / (1.0 + torch.exp(-x))
+
+
+# ---- inference: weights prepacked for oneDNN ----------------------------------------------------
+#
+# For inference on a CPU the weights are reordered once into oneDNN's blocked layout: the skinny
+# per-step matrix products of the LSTM then run ~3x faster than through plain ``F.linear`` here
+# (measured: 64 x 512 x 16384 in 10 ms instead of 32). The packed kernel rounds differently from
+# MKL's (1e-6 relative), and it too is batch-invariant from 2 rows on; inputs are padded to 16
+# rows and widths to multiples of 16 like above. Packed copies live beside their weights and are
+# rebuilt when a weight changes (its version counter moves).
+
+# id(weight) -> (weak reference to the weight, version key, packed weight, padded bias)
+_PACKED: dict[int, tuple] = {}
+
+
+def _packing_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+    )
+
+
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``invariant_linear`` for inference, through a cached oneDNN-packed copy of ``weight``.
+
+    Falls back to ``invariant_linear`` where packing does not apply (autograd, GPU, not float32).
+    """
+    if not _packing_available(x, weight):
+        return invariant_linear(x, weight, bias)
+    out_dim, in_dim = weight.shape
+    key = (_version(weight), weight.data_ptr(), None if bias is None else (_version(bias), bias.data_ptr()))
+    entry = _PACKED.get(id(weight))
+    if entry is None or entry[0]() is not weight or entry[1] != key:
+        width_pad = -out_dim % GEMM_WIDTH_MULTIPLE
+        padded_weight, padded_bias = weight.detach(), None if bias is None else bias.detach()
+        if width_pad:
+            padded_weight = torch.cat([padded_weight, padded_weight.new_zeros(width_pad, in_dim)])
+            if padded_bias is not None:
+                padded_bias = torch.cat([padded_bias, padded_bias.new_zeros(width_pad)])
+        packed = torch.ops.mkldnn._reorder_linear_weight(padded_weight.contiguous(), 64)
+        if entry is None or entry[0]() is not weight:
+            weakref.finalize(weight, _PACKED.pop, id(weight), None)
+        entry = (weakref.ref(weight), key, packed, padded_bias)
+        _PACKED[id(weight)] = entry
+    _, _, packed, padded_bias = entry
+    rows = x.numel() // in_dim if in_dim else 0
+    if rows == 0:
+        return x.new_zeros(*x.shape[:-1], out_dim)
+    flat = x.reshape(rows, in_dim)
+    if rows < MIN_GEMM_ROWS:
+        flat = torch.cat([flat, flat.new_zeros(MIN_GEMM_ROWS - rows, in_dim)])
+    out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), packed, padded_bias, "none", [], "")
+    return out[:rows, :out_dim].reshape(*x.shape[:-1], out_dim)
+
+
+def _version(t: torch.Tensor) -> int:
+    """In-place updates bump a tensor's version; inference tensors have none (they cannot be
+    updated outside inference mode)."""
+    return 0 if t.is_inference() else t._version
+
+
+def sigmoid_(x: torch.Tensor) -> torch.Tensor:
+    """In-place ``sigmoid`` with the same rounding as ``sigmoid`` above."""
+    return x.neg_().exp_().add_(1.0).reciprocal_()

@@ -13,6 +13,10 @@ shuffle) and the forget bias of +1.0 added at run time, never folded into the st
 (folding would round, and the round trip to the original files would no longer be exact).
 
 Legend: B batch, T time steps, I input size, D cell size, P projection size.
+Two code paths compute this recurrence: a plain differentiable one for training, and one for
+inference that uses derived, prepacked weights and skips finished rows (``_forward_inference``);
+they agree to float32 rounding and each is batch-invariant bit for bit.
+
 Rows are left-aligned: row b is valid for t < lengths[b]. A row stops updating after its last
 step, so the final state of each row is its state after its own last token; outputs at
 padded steps are zero.
@@ -23,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from elmokit.nn.functional import invariant_linear, sigmoid
+from elmokit.nn.functional import invariant_linear, packed_linear, sigmoid, sigmoid_
 
 FORGET_BIAS = 1.0
 
@@ -59,6 +63,12 @@ class ProjectedLSTM(nn.Module):
         state: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """inputs (B, T, I), lengths (B,) -> outputs (B, T, P), final (h (B, P), c (B, D))."""
+        if torch.is_grad_enabled() and (inputs.requires_grad or any(p.requires_grad for p in self.parameters())):
+            return self._forward_differentiable(inputs, lengths, state)
+        return self._forward_inference(inputs, lengths, state)
+
+    def _forward_differentiable(self, inputs, lengths, state):
+        """The recurrence as written in the module docstring, for training and fine-tuning."""
         batch_size, num_steps, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch_size, inputs)
         # The input half of every gate pre-activation, for all steps in one matmul.
@@ -77,6 +87,66 @@ class ProjectedLSTM(nn.Module):
             h = torch.where(active, new_h, h)
             c = torch.where(active, new_c, c)
             outputs[:, t] = new_h * active
+        return outputs, (h, c)
+
+    # ---- inference ---------------------------------------------------------------------------
+
+    def _inference_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Weights derived for inference, rebuilt when a parameter changes: gate rows reordered
+        from TF's (i, j, f, o) to (i, f, o, j) so that one sigmoid covers three gates, and the
+        forget bias folded into the gate bias. Derived copies only: stored weights never change."""
+        params = (self.input_linear.weight, self.input_linear.bias, self.hidden_linear.weight)
+        key = tuple((p._version, p.data_ptr()) for p in params)
+        if getattr(self, "_derived_key", None) != key:
+            with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, reusable anywhere
+                self._derived = self._derive_inference_weights()
+            self._derived_key = key
+        return self._derived
+
+    def _derive_inference_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        D = self.cell_size
+        order = torch.cat([torch.arange(0, D), torch.arange(2 * D, 4 * D), torch.arange(D, 2 * D)])
+        bias = self.input_linear.bias.detach().clone()
+        bias[2 * D : 3 * D] += FORGET_BIAS
+        return (
+            self.input_linear.weight.detach()[order].contiguous(),
+            bias[order].contiguous(),
+            self.hidden_linear.weight.detach()[order].contiguous(),
+        )
+
+    def _forward_inference(self, inputs, lengths, state):
+        """The same recurrence without autograd: packed weights, in-place gate arithmetic, and a
+        batch sorted by length that shrinks as rows end, so padding is never computed."""
+        batch_size, num_steps, _ = inputs.shape
+        D, P = self.cell_size, self.projection_size
+        order = torch.argsort(lengths, descending=True, stable=True)
+        is_sorted = bool((order == torch.arange(batch_size, device=order.device)).all())
+        if not is_sorted:
+            inputs, lengths = inputs[order], lengths[order]
+            state = (state[0][order], state[1][order]) if state is not None else None
+        h, c = (state[0].clone(), state[1].clone()) if state is not None else self.zero_state(batch_size, inputs)
+        w_x, b_x, w_h = self._inference_weights()
+        input_gates = packed_linear(inputs, w_x, b_x)  # (B, T, 4D) in (i, f, o, j) order
+        outputs = inputs.new_zeros(batch_size, num_steps, P)
+        active_rows = (lengths.unsqueeze(0) > torch.arange(num_steps, device=lengths.device).unsqueeze(1)).sum(1).tolist()
+        for t, active in enumerate(active_rows):
+            if active == 0:
+                break
+            gates = packed_linear(h[:active], w_h).add_(input_gates[:active, t])  # (b, 4D)
+            sigmoid_(gates[:, : 3 * D])
+            in_gate, forget_gate, out_gate = gates[:, :D], gates[:, D : 2 * D], gates[:, 2 * D : 3 * D]
+            candidate = gates[:, 3 * D :].tanh_()
+            new_c = torch.addcmul(forget_gate * c[:active], in_gate, candidate)  # (b, D)
+            if self.cell_clip is not None:
+                new_c.clamp_(-self.cell_clip, self.cell_clip)
+            new_h = packed_linear(out_gate.mul_(torch.tanh(new_c)), self.projection.weight)  # (b, P)
+            if self.proj_clip is not None:
+                new_h.clamp_(-self.proj_clip, self.proj_clip)
+            h[:active], c[:active] = new_h, new_c
+            outputs[:active, t] = new_h
+        if not is_sorted:
+            restore = torch.argsort(order)
+            outputs, h, c = outputs[restore], h[restore], c[restore]
         return outputs, (h, c)
 
 
