@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -183,6 +184,7 @@ class BiLM(nn.Module):
         self.backward_lstm = make_stack()
         # Stateful mode only: h (L, 2 directions, rows, P) and c (L, 2, rows, D).
         self._state: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.token_cache: TokenVectorCache | None = None
 
     @property
     def num_layers(self) -> int:
@@ -251,12 +253,59 @@ class BiLM(nn.Module):
     # ---- data flow -------------------------------------------------------------------------
 
     def token_vectors(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Context-independent vectors (..., P) of the masked token slots; zeros elsewhere."""
+        """Context-independent vectors (..., P) of the masked token slots; zeros elsewhere.
+
+        Each distinct spelling is encoded once; with ``enable_token_cache`` the vectors of
+        spellings seen before come from the cache (bit-identical: the encoder is batch-invariant).
+        """
         flat_ids = char_ids[mask]  # (N, C), real tokens only
-        vectors = self.token_encoder(flat_ids)  # (N, P)
+        if self.token_cache is not None and not (torch.is_grad_enabled() and self.training):
+            vectors = self.token_cache.lookup(flat_ids, self.token_encoder.encode_unique)
+        else:
+            vectors = self.token_encoder(flat_ids)  # (N, P)
         out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
         out[mask] = vectors
         return out
+
+    def set_precision(self, precision: str) -> "BiLM":
+        """Inference arithmetic: ``"fp32"`` (the default, exact) or ``"bf16"`` (fast: bf16 weights in
+        every matrix product, fp32 elsewhere; see docs/benchmarks.md for the measured error).
+        Training and autograd always use fp32."""
+        from elmokit.nn.functional import PRECISIONS
+
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        for module in self.modules():
+            if module is not self and hasattr(module, "precision"):
+                module.precision = precision
+        return self
+
+    @property
+    def precision(self) -> str:
+        return self.token_encoder.precision
+
+    def enable_token_cache(self, max_size: int = 20_000) -> None:
+        """Keep the token vectors of up to ``max_size`` spellings (least recently used evicted).
+
+        For inference: the cache is bypassed in training mode with autograd on, and emptied
+        whenever the token encoder's weights change.
+        """
+        self.token_cache = TokenVectorCache(self.token_encoder, max_size)
+
+    def disable_token_cache(self) -> None:
+        self.token_cache = None
+
+    def cache_vocabulary(self, words) -> None:
+        """Pre-compute the token vectors of a word list (the cache grows to hold them all)."""
+        from elmokit.text.chars import batch_to_ids as _ids
+
+        words = list(words)
+        if self.token_cache is None or self.token_cache.max_size < len(words):
+            self.enable_token_cache(max(len(words), self.token_cache.max_size if self.token_cache else 0))
+        with torch.inference_mode():
+            for start in range(0, len(words), 4096):
+                ids = _ids([words[start : start + 4096]])[0]
+                self.token_cache.lookup(ids, self.token_encoder.encode_unique)
 
     def forward(self, char_ids: torch.Tensor, *, keep_boundaries: bool = True) -> BiLMOutput:
         """char ids (B, T, C) from ``batch_to_ids`` -> ``BiLMOutput``.
@@ -326,6 +375,47 @@ class BiLM(nn.Module):
             merged[:, :, :batch_size] = torch.where(use_new, new, old[:, :, :batch_size])
             updated.append(merged)
         self._state = (updated[0], updated[1])
+
+
+class TokenVectorCache:
+    """LRU cache of context-independent token vectors, keyed by a token's 50 character ids."""
+
+    def __init__(self, encoder: nn.Module, max_size: int) -> None:
+        self.encoder = encoder
+        self.max_size = max_size
+        self._vectors: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._weights_key: tuple | None = None
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def _check_weights(self) -> None:
+        key = (self.encoder.precision, *((p._version, p.data_ptr()) for p in self.encoder.parameters()))
+        if key != self._weights_key:
+            self._vectors.clear()
+            self._weights_key = key
+
+    def lookup(self, char_ids: torch.Tensor, encode_unique) -> torch.Tensor:
+        """char_ids (N, C) -> vectors (N, P), encoding only spellings not in the cache."""
+        self._check_weights()
+        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
+        keys = [row.tobytes() for row in unique.cpu().numpy()]
+        missing = [i for i, key in enumerate(keys) if key not in self._vectors]
+        self.hits += len(keys) - len(missing)
+        self.misses += len(missing)
+        if missing:
+            with torch.inference_mode(False), torch.no_grad():
+                computed = encode_unique(unique[missing].clone())
+            for i, vector in zip(missing, computed):
+                self._vectors[keys[i]] = vector
+        rows = []
+        for key in keys:
+            self._vectors.move_to_end(key)
+            rows.append(self._vectors[key])
+        while len(self._vectors) > self.max_size:
+            self._vectors.popitem(last=False)
+        return torch.stack(rows)[inverse]
 
 
 def add_boundaries(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -122,25 +122,40 @@ class Embedder:
     ``embed(sentences)`` gives one float32 array (L+1, n_tokens, 2P) per sentence. By default
     each sentence starts from a zero LSTM state, so its vectors are the same in any batch and any
     order; ``stateful=True`` carries states between batches exactly like the reference.
+    ``precision="bf16"`` is the fast path (documented error in docs/benchmarks.md); the token
+    vectors of up to ``token_cache_size`` spellings are cached (exact; 0 turns it off).
     Implements the ``Representation`` protocol.
     """
 
-    def __init__(self, bilm: BiLM, *, name: str = "elmo", batch_size: int = 64) -> None:
-        self.bilm = bilm.eval()
+    def __init__(
+        self,
+        bilm: BiLM,
+        *,
+        name: str = "elmo",
+        batch_size: int = 64,
+        precision: str = "fp32",
+        token_cache_size: int = 20_000,
+    ) -> None:
+        self.bilm = bilm.eval().set_precision(precision)
+        if token_cache_size > 0:
+            self.bilm.enable_token_cache(token_cache_size)  # bit-identical, so on by default
         self.name = name
         self.batch_size = batch_size
 
     @classmethod
-    def load(cls, path: str | os.PathLike = "default", *, stateful: bool = False, batch_size: int = 64) -> "Embedder":
-        """``"default"`` (the shipped model), a native folder, or a folder with options.json + weights.hdf5."""
-        return cls(BiLM.from_pretrained(path, stateful=stateful), name=f"elmo:{Path(str(path)).name}", batch_size=batch_size)
+    def load(cls, path: str | os.PathLike = "default", *, stateful: bool = False, **options) -> "Embedder":
+        """``"default"`` (the shipped model), a native folder, or a folder with options.json + weights.hdf5.
+
+        ``options``: ``batch_size``, ``precision`` ("fp32" exact, "bf16" fast), ``token_cache_size``.
+        """
+        return cls(BiLM.from_pretrained(path, stateful=stateful), name=f"elmo:{Path(str(path)).name}", **options)
 
     @classmethod
     def from_original(
-        cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, *, stateful: bool = False, batch_size: int = 64
+        cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, *, stateful: bool = False, **options
     ) -> "Embedder":
         bilm = BiLM.from_original(options_file, weight_file, stateful=stateful)
-        return cls(bilm, name=f"elmo:{Path(weight_file).stem}", batch_size=batch_size)
+        return cls(bilm, name=f"elmo:{Path(weight_file).stem}", **options)
 
     @property
     def num_layers(self) -> int:

@@ -24,16 +24,28 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
 
 
+def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="fp32: exact (default); bf16: about 2x faster, ~1e-2 relative error (see docs/benchmarks.md)")
+    parser.add_argument("--token-cache", type=int, default=20_000, metavar="N",
+                        help="cache the token vectors of N spellings (exact; 0 disables; default 20000)")
+
+
 def load_embedder(args: argparse.Namespace, *, stateful: bool = False, batch_size: int = 64):
     from elmokit.elmo import Embedder
 
+    options = {
+        "batch_size": batch_size,
+        "precision": getattr(args, "precision", "fp32"),
+        "token_cache_size": getattr(args, "token_cache", 20_000),
+    }
     if (args.options_file is None) != (args.weight_file is None):
         raise ModelFolderError("--options-file and --weight-file go together")
     if args.options_file is not None:
         if args.model is not None:
             raise ModelFolderError("give either --model or --options-file/--weight-file, not both")
-        return Embedder.from_original(args.options_file, args.weight_file, stateful=stateful, batch_size=batch_size)
-    return Embedder.load(args.model or "default", stateful=stateful, batch_size=batch_size)
+        return Embedder.from_original(args.options_file, args.weight_file, stateful=stateful, **options)
+    return Embedder.load(args.model or "default", stateful=stateful, **options)
 
 
 def apply_threads(args: argparse.Namespace) -> None:

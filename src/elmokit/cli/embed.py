@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmokit.cli.common import add_model_arguments, add_threads_argument, apply_threads, load_embedder, run_reporting_errors
+from elmokit.cli.common import (
+    add_model_arguments,
+    add_speed_arguments,
+    add_threads_argument,
+    apply_threads,
+    load_embedder,
+    run_reporting_errors,
+)
 
 
 def register(subparsers) -> None:
@@ -33,6 +40,7 @@ def register(subparsers) -> None:
     keys.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index dataset")
     parser.add_argument("--allow-empty-lines", action="store_true", help="write zeros of shape (L+1, 0, 2P) for empty lines instead of failing")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: only on a terminal)")
+    add_speed_arguments(parser)
     add_threads_argument(parser)
     parser.set_defaults(func=lambda args: run_reporting_errors("embed", run, args))
 
@@ -42,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     embedder = load_embedder(args, stateful=args.stateful, batch_size=args.batch_size)
     print(
         f"elmokit embed: model={embedder.name} layers={embedder.num_layers} dim={embedder.dim} "
-        f"format={args.output_format} batch_size={args.batch_size} stateful={args.stateful}",
+        f"format={args.output_format} batch_size={args.batch_size} stateful={args.stateful} "
+        f"precision={args.precision} token_cache={args.token_cache}",
         file=sys.stderr,
     )
     embedder.embed_file(

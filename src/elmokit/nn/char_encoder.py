@@ -21,10 +21,12 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from elmokit.nn.functional import invariant_linear
+from elmokit.nn.functional import invariant_linear, packed_linear
 from elmokit.nn.highway import Highway
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
+PADDING_CHAR_ID = 261  # the padding character (260) after the +1 shift of every id
+_GROUP_SIZE = 256  # tokens per length group in inference
 
 
 class CharCNNEncoder(nn.Module):
@@ -56,9 +58,16 @@ class CharCNNEncoder(nn.Module):
         self.highway = Highway(n_filters, n_highway)
         self.projection = nn.Linear(n_filters, output_dim) if use_projection else None
         self.output_dim = output_dim
+        self.precision = "fp32"  # of inference products: "fp32" (exact) or "bf16" (fast)
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """char_ids (N, C) int64 -> token vectors (N, P)."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            return self._forward_differentiable(char_ids)
+        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)  # each spelling once
+        return self.encode_unique(unique)[inverse]
+
+    def _forward_differentiable(self, char_ids: torch.Tensor) -> torch.Tensor:
         activation = ACTIVATIONS[self.activation_name]
         x = self.char_embedding(char_ids)  # (N, C, E)
         pooled = []
@@ -73,3 +82,57 @@ class CharCNNEncoder(nn.Module):
         if self.projection is None:
             return h
         return invariant_linear(h, self.projection.weight, self.projection.bias)
+
+    # ---- inference ---------------------------------------------------------------------------
+
+    def encode_unique(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Inference on distinct spellings (N, C) -> (N, P), computing only windows that matter.
+
+        A token of n non-padding characters is followed by padding characters only, so every
+        window that starts at or after n reads the same padding and gives the same value c_f
+        per filter, for every token. Tokens are grouped by length; each group computes only the
+        windows that start before its longest token ends, and c_f (computed once) joins the max
+        wherever the full-width convolution would have had such a window. Because every product
+        is batch-invariant, the result is bit-identical to convolving all 50 positions.
+        """
+        activation = ACTIVATIONS[self.activation_name]
+        num_chars = char_ids.shape[1]
+        lengths = (char_ids != PADDING_CHAR_ID).sum(dim=1)  # (N,) non-padding characters
+        order = torch.argsort(lengths, descending=True, stable=True)
+        kernels = self._inference_kernels()
+        pad_window = self.char_embedding.weight.detach()[PADDING_CHAR_ID]  # (E,)
+        pooled_rows = []
+        for start in range(0, len(order), _GROUP_SIZE):
+            group = order[start : start + _GROUP_SIZE]
+            longest = int(lengths[group[0]])
+            x = self.char_embedding(char_ids[group])  # (n, C, E)
+            per_filter = []
+            for (kernel, bias), conv in zip(kernels, self.convs):
+                width = conv.weight.shape[2]
+                num_windows = min(longest, num_chars - width + 1)
+                windows = x[:, : num_windows + width - 1].unfold(1, width, 1).transpose(2, 3)
+                windows = windows.reshape(*windows.shape[:2], -1)  # (n, S, w * E)
+                pooled = packed_linear(windows, kernel, bias, precision=self.precision).amax(dim=1)  # (n, n_f)
+                if num_windows < num_chars - width + 1:  # all-padding windows exist: their value joins
+                    padding_value = packed_linear(pad_window.repeat(width)[None], kernel, bias, precision=self.precision)  # (1, n_f)
+                    pooled = torch.maximum(pooled, padding_value)
+                per_filter.append(pooled)
+            pooled_rows.append(torch.cat(per_filter, dim=-1))
+        h = activation(torch.cat(pooled_rows)[torch.argsort(order)])  # (N, F), original order
+        h = self.highway(h)
+        if self.projection is None:
+            return h
+        return packed_linear(h, self.projection.weight, self.projection.bias, precision=self.precision)
+
+    def _inference_kernels(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each Conv1d weight (n, E, w) as a matrix (n, w * E) over flattened windows; rebuilt
+        when a weight changes."""
+        key = tuple((conv.weight._version, conv.weight.data_ptr()) for conv in self.convs)
+        if getattr(self, "_kernels_key", None) != key:
+            with torch.inference_mode(False), torch.no_grad():
+                self._kernels = [
+                    (conv.weight.detach().permute(0, 2, 1).reshape(conv.weight.shape[0], -1).contiguous(), conv.bias.detach())
+                    for conv in self.convs
+                ]
+            self._kernels_key = key
+        return self._kernels

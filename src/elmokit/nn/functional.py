@@ -57,7 +57,7 @@ def sigmoid(x: torch.Tensor) -> torch.Tensor:
 # rows and widths to multiples of 16 like above. Packed copies live beside their weights and are
 # rebuilt when a weight changes (its version counter moves).
 
-# id(weight) -> (weak reference to the weight, version key, packed weight, padded bias)
+# (id(weight), precision) -> (weak reference to the weight, version key, prepared weight, padded bias)
 _PACKED: dict[int, tuple] = {}
 
 
@@ -71,16 +71,25 @@ def _packing_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
-def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+PRECISIONS = ("fp32", "bf16")
+
+
+def packed_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, precision: str = "fp32"
+) -> torch.Tensor:
     """``invariant_linear`` for inference, through a cached oneDNN-packed copy of ``weight``.
 
+    ``precision="bf16"`` multiplies in bfloat16 (a cached bf16 copy of the weight; inputs rounded
+    to bf16, products accumulated in fp32, the result returned in fp32 with the bias added in
+    fp32): about twice the speed on CPUs with AVX512-BF16, at ~1e-2 relative error.
     Falls back to ``invariant_linear`` where packing does not apply (autograd, GPU, not float32).
     """
     if not _packing_available(x, weight):
         return invariant_linear(x, weight, bias)
     out_dim, in_dim = weight.shape
-    key = (_version(weight), weight.data_ptr(), None if bias is None else (_version(bias), bias.data_ptr()))
-    entry = _PACKED.get(id(weight))
+    key = (precision, _version(weight), weight.data_ptr(), None if bias is None else (_version(bias), bias.data_ptr()))
+    cache_id = (id(weight), precision)
+    entry = _PACKED.get(cache_id)
     if entry is None or entry[0]() is not weight or entry[1] != key:
         width_pad = -out_dim % GEMM_WIDTH_MULTIPLE
         padded_weight, padded_bias = weight.detach(), None if bias is None else bias.detach()
@@ -88,19 +97,29 @@ def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
             padded_weight = torch.cat([padded_weight, padded_weight.new_zeros(width_pad, in_dim)])
             if padded_bias is not None:
                 padded_bias = torch.cat([padded_bias, padded_bias.new_zeros(width_pad)])
-        packed = torch.ops.mkldnn._reorder_linear_weight(padded_weight.contiguous(), 64)
+        if precision == "bf16":
+            prepared = padded_weight.to(torch.bfloat16).contiguous()
+        elif precision == "fp32":
+            prepared = torch.ops.mkldnn._reorder_linear_weight(padded_weight.contiguous(), 64)
+        else:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if entry is None or entry[0]() is not weight:
-            weakref.finalize(weight, _PACKED.pop, id(weight), None)
-        entry = (weakref.ref(weight), key, packed, padded_bias)
-        _PACKED[id(weight)] = entry
-    _, _, packed, padded_bias = entry
+            weakref.finalize(weight, _PACKED.pop, cache_id, None)
+        entry = (weakref.ref(weight), key, prepared, padded_bias)
+        _PACKED[cache_id] = entry
+    _, _, prepared, padded_bias = entry
     rows = x.numel() // in_dim if in_dim else 0
     if rows == 0:
         return x.new_zeros(*x.shape[:-1], out_dim)
     flat = x.reshape(rows, in_dim)
     if rows < MIN_GEMM_ROWS:
         flat = torch.cat([flat, flat.new_zeros(MIN_GEMM_ROWS - rows, in_dim)])
-    out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), packed, padded_bias, "none", [], "")
+    if precision == "bf16":
+        out = F.linear(flat.to(torch.bfloat16), prepared).float()
+        if padded_bias is not None:
+            out += padded_bias
+    else:
+        out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), prepared, padded_bias, "none", [], "")
     return out[:rows, :out_dim].reshape(*x.shape[:-1], out_dim)
 
 

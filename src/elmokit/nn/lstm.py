@@ -50,6 +50,7 @@ class ProjectedLSTM(nn.Module):
         self.input_linear = nn.Linear(input_size, 4 * cell_size)  # W_x (4D, I) and the gate bias
         self.hidden_linear = nn.Linear(projection_size, 4 * cell_size, bias=False)  # W_h (4D, P)
         self.projection = nn.Linear(cell_size, projection_size, bias=False)  # W_P (P, D)
+        self.precision = "fp32"  # of inference products: "fp32" (exact) or "bf16" (fast)
 
     def zero_state(self, batch_size: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = like.new_zeros(batch_size, self.projection_size)
@@ -126,20 +127,20 @@ class ProjectedLSTM(nn.Module):
             state = (state[0][order], state[1][order]) if state is not None else None
         h, c = (state[0].clone(), state[1].clone()) if state is not None else self.zero_state(batch_size, inputs)
         w_x, b_x, w_h = self._inference_weights()
-        input_gates = packed_linear(inputs, w_x, b_x)  # (B, T, 4D) in (i, f, o, j) order
+        input_gates = packed_linear(inputs, w_x, b_x, precision=self.precision)  # (B, T, 4D) in (i, f, o, j) order
         outputs = inputs.new_zeros(batch_size, num_steps, P)
         active_rows = (lengths.unsqueeze(0) > torch.arange(num_steps, device=lengths.device).unsqueeze(1)).sum(1).tolist()
         for t, active in enumerate(active_rows):
             if active == 0:
                 break
-            gates = packed_linear(h[:active], w_h).add_(input_gates[:active, t])  # (b, 4D)
+            gates = packed_linear(h[:active], w_h, precision=self.precision).add_(input_gates[:active, t])  # (b, 4D)
             sigmoid_(gates[:, : 3 * D])
             in_gate, forget_gate, out_gate = gates[:, :D], gates[:, D : 2 * D], gates[:, 2 * D : 3 * D]
             candidate = gates[:, 3 * D :].tanh_()
             new_c = torch.addcmul(forget_gate * c[:active], in_gate, candidate)  # (b, D)
             if self.cell_clip is not None:
                 new_c.clamp_(-self.cell_clip, self.cell_clip)
-            new_h = packed_linear(out_gate.mul_(torch.tanh(new_c)), self.projection.weight)  # (b, P)
+            new_h = packed_linear(out_gate.mul_(torch.tanh(new_c)), self.projection.weight, precision=self.precision)  # (b, P)
             if self.proj_clip is not None:
                 new_h.clamp_(-self.proj_clip, self.proj_clip)
             h[:active], c[:active] = new_h, new_c
