@@ -8,7 +8,13 @@ Weights are random (seeded; 1/sqrt(fan_in) scale, highway carry bias -2 as at in
 which changes nothing about speed. Sentences are 20-30 tokens cut from the gutenberg_en test
 text (``../shared/data``), or from a fixed synthetic vocabulary when that is absent.
 Reports real tokens/s (boundary tokens and padding are computed but not counted), seconds per
-batch (median of the measured batches after one warm-up), and the process's peak RSS.
+batch (median of the measured batches after one warm-up), the process's peak RSS, and each
+implementation's error against the first over every real token of every batch (max |diff| and
+the minimum per-token cosine similarity, per layer).
+
+Implementations: ``reference-style`` (the reference's algorithm), ``elmokit`` (exact, no cache),
+``elmokit-cache`` (exact + token-vector LRU cache), ``elmokit-bf16`` / ``elmokit-bf16-cache``
+(the fast path).
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ def run_child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     from elmokit import BiLM, batch_to_ids
-    from elmokit.bilm import add_boundaries
+    from elmokit.bilm import add_boundaries, remove_boundaries
 
     bilm = BiLM.from_pretrained(args.model_dir)
     if args.impl == "reference-style":
@@ -92,26 +98,31 @@ def run_child(args: argparse.Namespace) -> None:
 
         def forward(ids):
             ids_b, mask = add_boundaries(ids)
-            return reference(ids_b, mask.sum(1))
+            return remove_boundaries(reference(ids_b, mask.sum(1)), mask)
 
     else:
+        # elmokit, elmokit-cache, elmokit-bf16, elmokit-bf16-cache
+        bilm.set_precision("bf16" if "bf16" in args.impl else "fp32")
+        if args.impl.endswith("-cache"):
+            bilm.enable_token_cache(20_000)
 
         def forward(ids):
             with torch.inference_mode():
-                return bilm(ids).layers
+                output = bilm(ids, keep_boundaries=False)
+            return output.layers, output.mask
 
     sentences = benchmark_sentences(args.batch_size * (args.batches + 1))
     batches = [sentences[i * args.batch_size : (i + 1) * args.batch_size] for i in range(args.batches + 1)]
-    times = []
+    times, saved = [], {}
     for index, batch in enumerate(batches):
         ids = batch_to_ids(batch)
         start = time.perf_counter()
-        layers = forward(ids)
+        layers, mask = forward(ids)
         elapsed = time.perf_counter() - start
-        if index == 0:
-            np.save(args.output_npy, layers.numpy())  # warm-up batch: kept for the cross-check
-        else:
+        saved[f"layers_{index}"], saved[f"mask_{index}"] = layers.numpy(), mask.numpy()
+        if index > 0:  # batch 0 is the warm-up
             times.append(elapsed)
+    np.savez(args.output_npy, **saved)
     tokens = statistics.mean(sum(len(s) for s in b) for b in batches[1:])
     median = statistics.median(times)
     print(json.dumps({
@@ -130,7 +141,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--batches", type=int, default=3, help="measured batches after one warm-up (default 3)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--impls", default="reference-style,elmokit", help="comma-separated, run in this order")
+    parser.add_argument("--impls", default="reference-style,elmokit,elmokit-cache,elmokit-bf16-cache",
+                        help="comma-separated, run in this order; errors and speed-ups are against the first")
+    parser.add_argument("--model", default=None, help="benchmark this model folder (or 'default') instead of random weights")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -144,7 +157,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"
-        random_model(args.preset, model_dir)
+        if args.model:
+            from elmokit.formats import resolve_model_path
+
+            model_dir = resolve_model_path(args.model)
+        else:
+            random_model(args.preset, model_dir)
         results = []
         for impl in args.impls.split(","):
             command = [sys.executable, __file__, "--impl", impl, "--model-dir", str(model_dir),
@@ -154,20 +172,38 @@ def main() -> None:
             results.append(json.loads(line))
             print(f"{impl:>16}: {results[-1]['tokens_per_second']:8.0f} tokens/s   "
                   f"{results[-1]['seconds_per_batch']:.3f} s/batch   peak RSS {results[-1]['peak_rss_gb']:.2f} GB", flush=True)
-        outputs = [np.load(Path(tmp) / f"{impl}.npy") for impl in args.impls.split(",")]
-        max_diff = max(float(np.abs(o - outputs[0]).max()) for o in outputs[1:]) if len(outputs) > 1 else 0.0
+        impls = args.impls.split(",")
+        outputs = {impl: np.load(Path(tmp) / f"{impl}.npy.npz") for impl in impls}
+        errors = {impl: compare(outputs[impls[0]], outputs[impl], args.batches + 1) for impl in impls[1:]}
     base = results[0]["tokens_per_second"]
     summary = {
-        "preset": args.preset, "batch_size": args.batch_size, "threads": args.threads, "batches": args.batches,
+        "preset": args.model or args.preset, "batch_size": args.batch_size, "threads": args.threads, "batches": args.batches,
         "torch": torch.__version__, "cpu": _cpu_name(), "date": time.strftime("%Y-%m-%d"),
-        "max_abs_diff_between_impls": max_diff, "results": results,
+        "error_vs_first": errors, "results": results,
         "speedup_vs_first": {r["impl"]: r["tokens_per_second"] / base for r in results},
     }
-    print(f"max |difference| between implementations on the warm-up batch: {max_diff:.2e}")
+    for impl, error in errors.items():
+        print(f"{impl} vs {impls[0]}: max |diff| {error['max_abs_diff']:.2e}, "
+              f"min per-token cosine {error['min_token_cosine']:.6f} over {error['tokens']} tokens x layers")
     for r in results[1:]:
         print(f"{r['impl']} / {results[0]['impl']}: {r['tokens_per_second'] / base:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def compare(reference, other, num_batches: int) -> dict:
+    """Error of ``other`` against ``reference`` over every real token of every batch and layer."""
+    import numpy as np
+
+    max_abs, min_cos, count = 0.0, 1.0, 0
+    for index in range(num_batches):
+        mask = reference[f"mask_{index}"]
+        a = reference[f"layers_{index}"][:, mask]  # (layers, tokens, dim)
+        b = other[f"layers_{index}"][:, mask]
+        max_abs = max(max_abs, float(np.abs(a - b).max()))
+        cosine = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+        min_cos, count = min(min_cos, float(cosine.min())), count + cosine.size
+    return {"max_abs_diff": max_abs, "min_token_cosine": min_cos, "tokens": count}
 
 
 def _cpu_name() -> str:

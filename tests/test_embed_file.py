@@ -150,3 +150,16 @@ def test_original_files_on_the_command_line(tmp_path, tiny_original):
     assert embed(source, tmp_path / "o.h5", "--top", "--options-file", options_path, "--weight-file", weights_path) == 0
     with h5py.File(tmp_path / "o.h5", "r") as f:
         np.testing.assert_allclose(f["0"][...], NumpyELMo(options, weights).sentence(["hello", "there"])[2, 1:-1], atol=2e-5)
+
+
+def test_length_bucketing_groups_similar_lengths_and_keeps_keys(tmp_path, model_dir, monkeypatch):
+    lines = [" ".join(["w"] * n) for n in (1, 9, 2, 8, 3, 7, 4, 6, 5, 10)]
+    source = write_lines(tmp_path / "in.txt", lines)
+    embedder = Embedder.load(model_dir, batch_size=2)
+    seen = []
+    original = embedder.embed_batch
+    monkeypatch.setattr(embedder, "embed_batch", lambda sentences: seen.append([len(s) for s in sentences]) or original(sentences))
+    embedder.embed_file(source, tmp_path / "out.h5", output_format="top")
+    assert seen == [[10, 9], [8, 7], [6, 5], [4, 3], [2, 1]]
+    with h5py.File(tmp_path / "out.h5", "r") as f:
+        assert [f[str(i)].shape[0] for i in range(len(lines))] == [1, 9, 2, 8, 3, 7, 4, 6, 5, 10]

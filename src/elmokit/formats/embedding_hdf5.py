@@ -10,7 +10,8 @@ Differences from the old command, on purpose: empty lines are an error naming th
 unless ``allow_empty_lines`` (then zeros of shape (L+1, 0, 2P), with the model's real width);
 the output is written to a temporary file and renamed at the end, so an interrupted run never
 leaves a half-written file where the output should be; the file is streamed in batches, so
-memory does not grow with the input.
+memory does not grow with the input (beyond the ``sentence_to_index`` text the layout requires);
+stateless runs batch lines of similar length together.
 """
 
 from __future__ import annotations
@@ -100,16 +101,29 @@ def scan_input(path: Path, *, use_sentence_keys: bool, allow_empty_lines: bool) 
     return count
 
 
-def _batches(path: Path, batch_size: int) -> Iterator[list[tuple[int, str]]]:
-    batch: list[tuple[int, str]] = []
+BUCKET_BATCHES = 16  # stateless runs sort this many batches' worth of lines by length at a time
+
+
+def _batches(path: Path, batch_size: int, *, bucket: bool) -> Iterator[list[tuple[int, str]]]:
+    """Batches of (line index, sentence). In file order, or (``bucket``) sorted by length within
+    windows of ``BUCKET_BATCHES`` batches, so sentences of similar length share a batch and
+    little padding is computed; memory stays bounded by the window."""
+    window_size = batch_size * (BUCKET_BATCHES if bucket else 1)
+    window: list[tuple[int, str]] = []
+
+    def flush() -> Iterator[list[tuple[int, str]]]:
+        if bucket:
+            window.sort(key=lambda item: len(item[1].split()), reverse=True)
+        for start in range(0, len(window), batch_size):
+            yield window[start : start + batch_size]
+        window.clear()
+
     with open(path, encoding="utf-8") as handle:
         for index, line in enumerate(handle):
-            batch.append((index, line.strip()))
-            if len(batch) == batch_size:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+            window.append((index, line.strip()))
+            if len(window) == window_size:
+                yield from flush()
+    yield from flush()
 
 
 def select_output(layers: np.ndarray, output_format: str) -> np.ndarray:
@@ -153,7 +167,9 @@ def embed_file(
     started = time.perf_counter()
     bar = tqdm(total=total, unit="sent", disable=None if progress is None else not progress, desc="embed")
     with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out:
-        for batch in _batches(input_path, embedder.batch_size):
+        # Stateful runs must see the file in order (the state flows from line to line); stateless
+        # runs are batched by length, and every line still lands under its own key.
+        for batch in _batches(input_path, embedder.batch_size, bucket=not embedder.stateful):
             vectors = embedder.embed_batch([sentence.split() for _, sentence in batch])
             for (index, sentence), layers in zip(batch, vectors):
                 key = sentence if use_sentence_keys else str(index)
