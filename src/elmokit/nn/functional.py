@@ -57,7 +57,7 @@ def sigmoid(x: torch.Tensor) -> torch.Tensor:
 # rows and widths to multiples of 16 like above. Packed copies live beside their weights and are
 # rebuilt when a weight changes (its version counter moves).
 
-# (id(weight), precision) -> (weak reference to the weight, version key, prepared weight, padded bias)
+# (id(weight), precision) -> (weak reference to the weight, version key, PreparedWeight)
 _PACKED: dict[int, tuple] = {}
 
 
@@ -74,53 +74,75 @@ def _packing_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
 PRECISIONS = ("fp32", "bf16")
 
 
+class PreparedWeight:
+    """A weight (and bias) prepared once for inference products at one precision.
+
+    fp32: reordered into oneDNN's packed layout; bf16: a bf16 copy. Widths are padded to a
+    multiple of 16; inputs are padded to 16 rows when called (see the module docstring).
+    Holds no reference to the original weight, so derived weights can be dropped once prepared.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, precision: str = "fp32") -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        self.precision = precision
+        self.out_dim, self.in_dim = weight.shape
+        width_pad = -self.out_dim % GEMM_WIDTH_MULTIPLE
+        with torch.inference_mode(False), torch.no_grad():
+            weight = weight.detach()
+            bias = None if bias is None else bias.detach()
+            if width_pad:
+                weight = torch.cat([weight, weight.new_zeros(width_pad, self.in_dim)])
+                bias = None if bias is None else torch.cat([bias, bias.new_zeros(width_pad)])
+            if precision == "bf16":
+                self.weight = weight.to(torch.bfloat16).contiguous()
+            else:
+                self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 64)
+            self.bias = None if bias is None else bias.contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.in_dim if self.in_dim else 0
+        if rows == 0:
+            return x.new_zeros(*x.shape[:-1], self.out_dim)
+        flat = x.reshape(rows, self.in_dim)
+        if rows < MIN_GEMM_ROWS:
+            flat = torch.cat([flat, flat.new_zeros(MIN_GEMM_ROWS - rows, self.in_dim)])
+        if self.precision == "bf16":
+            out = F.linear(flat.to(torch.bfloat16), self.weight).float()
+            if self.bias is not None:
+                out += self.bias
+        else:
+            out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), self.weight, self.bias, "none", [], "")
+        return out[:rows, : self.out_dim].reshape(*x.shape[:-1], self.out_dim)
+
+
+def can_prepare(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Prepared weights serve CPU float32 inference; autograd and other devices use plain products."""
+    return _packing_available(x, weight)
+
+
 def packed_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, precision: str = "fp32"
 ) -> torch.Tensor:
-    """``invariant_linear`` for inference, through a cached oneDNN-packed copy of ``weight``.
+    """``invariant_linear`` for inference, through a ``PreparedWeight`` cached beside ``weight``
+    and rebuilt when the weight changes.
 
-    ``precision="bf16"`` multiplies in bfloat16 (a cached bf16 copy of the weight; inputs rounded
-    to bf16, products accumulated in fp32, the result returned in fp32 with the bias added in
-    fp32): about twice the speed on CPUs with AVX512-BF16, at ~1e-2 relative error.
-    Falls back to ``invariant_linear`` where packing does not apply (autograd, GPU, not float32).
+    ``precision="bf16"`` multiplies in bfloat16 (inputs rounded to bf16, products accumulated in
+    fp32, the result returned in fp32 with the bias added in fp32): about twice the speed on
+    CPUs with AVX512-BF16, at ~1e-2 relative error. Falls back to ``invariant_linear`` where
+    preparing does not apply (autograd, GPU, not float32).
     """
     if not _packing_available(x, weight):
         return invariant_linear(x, weight, bias)
-    out_dim, in_dim = weight.shape
-    key = (precision, _version(weight), weight.data_ptr(), None if bias is None else (_version(bias), bias.data_ptr()))
+    key = (_version(weight), weight.data_ptr(), None if bias is None else (_version(bias), bias.data_ptr()))
     cache_id = (id(weight), precision)
     entry = _PACKED.get(cache_id)
     if entry is None or entry[0]() is not weight or entry[1] != key:
-        width_pad = -out_dim % GEMM_WIDTH_MULTIPLE
-        padded_weight, padded_bias = weight.detach(), None if bias is None else bias.detach()
-        if width_pad:
-            padded_weight = torch.cat([padded_weight, padded_weight.new_zeros(width_pad, in_dim)])
-            if padded_bias is not None:
-                padded_bias = torch.cat([padded_bias, padded_bias.new_zeros(width_pad)])
-        if precision == "bf16":
-            prepared = padded_weight.to(torch.bfloat16).contiguous()
-        elif precision == "fp32":
-            prepared = torch.ops.mkldnn._reorder_linear_weight(padded_weight.contiguous(), 64)
-        else:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if entry is None or entry[0]() is not weight:
             weakref.finalize(weight, _PACKED.pop, cache_id, None)
-        entry = (weakref.ref(weight), key, prepared, padded_bias)
+        entry = (weakref.ref(weight), key, PreparedWeight(weight, bias, precision=precision))
         _PACKED[cache_id] = entry
-    _, _, prepared, padded_bias = entry
-    rows = x.numel() // in_dim if in_dim else 0
-    if rows == 0:
-        return x.new_zeros(*x.shape[:-1], out_dim)
-    flat = x.reshape(rows, in_dim)
-    if rows < MIN_GEMM_ROWS:
-        flat = torch.cat([flat, flat.new_zeros(MIN_GEMM_ROWS - rows, in_dim)])
-    if precision == "bf16":
-        out = F.linear(flat.to(torch.bfloat16), prepared).float()
-        if padded_bias is not None:
-            out += padded_bias
-    else:
-        out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), prepared, padded_bias, "none", [], "")
-    return out[:rows, :out_dim].reshape(*x.shape[:-1], out_dim)
+    return entry[2](x)
 
 
 def _version(t: torch.Tensor) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from elmokit.nn.functional import invariant_linear, packed_linear, sigmoid, sigmoid_
+from elmokit.nn.functional import PreparedWeight, can_prepare, invariant_linear, sigmoid, sigmoid_
 
 FORGET_BIAS = 1.0
 
@@ -64,7 +64,7 @@ class ProjectedLSTM(nn.Module):
         state: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """inputs (B, T, I), lengths (B,) -> outputs (B, T, P), final (h (B, P), c (B, D))."""
-        if torch.is_grad_enabled() and (inputs.requires_grad or any(p.requires_grad for p in self.parameters())):
+        if not can_prepare(inputs, self.input_linear.weight):
             return self._forward_differentiable(inputs, lengths, state)
         return self._forward_inference(inputs, lengths, state)
 
@@ -92,28 +92,27 @@ class ProjectedLSTM(nn.Module):
 
     # ---- inference ---------------------------------------------------------------------------
 
-    def _inference_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Weights derived for inference, rebuilt when a parameter changes: gate rows reordered
-        from TF's (i, j, f, o) to (i, f, o, j) so that one sigmoid covers three gates, and the
-        forget bias folded into the gate bias. Derived copies only: stored weights never change."""
-        params = (self.input_linear.weight, self.input_linear.bias, self.hidden_linear.weight)
-        key = tuple((p._version, p.data_ptr()) for p in params)
-        if getattr(self, "_derived_key", None) != key:
-            with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, reusable anywhere
-                self._derived = self._derive_inference_weights()
-            self._derived_key = key
-        return self._derived
-
-    def _derive_inference_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        D = self.cell_size
-        order = torch.cat([torch.arange(0, D), torch.arange(2 * D, 4 * D), torch.arange(D, 2 * D)])
-        bias = self.input_linear.bias.detach().clone()
-        bias[2 * D : 3 * D] += FORGET_BIAS
-        return (
-            self.input_linear.weight.detach()[order].contiguous(),
-            bias[order].contiguous(),
-            self.hidden_linear.weight.detach()[order].contiguous(),
-        )
+    def _inference_weights(self) -> tuple[PreparedWeight, PreparedWeight, PreparedWeight]:
+        """Weights prepared for inference, rebuilt when a parameter or the precision changes: gate
+        rows reordered from TF's (i, j, f, o) to (i, f, o, j) so that one sigmoid covers three
+        gates, and the forget bias folded into the gate bias. Derived copies only: the stored
+        weights never change, and only the prepared (packed) form is kept."""
+        params = (self.input_linear.weight, self.input_linear.bias, self.hidden_linear.weight, self.projection.weight)
+        key = (self.precision, *((p._version, p.data_ptr()) for p in params))
+        if getattr(self, "_prepared_key", None) != key:
+            self._prepared = None  # free the old copies before building new ones
+            D = self.cell_size
+            order = torch.cat([torch.arange(0, D), torch.arange(2 * D, 4 * D), torch.arange(D, 2 * D)])
+            with torch.inference_mode(False), torch.no_grad():
+                bias = self.input_linear.bias.detach().clone()
+                bias[2 * D : 3 * D] += FORGET_BIAS
+                self._prepared = (
+                    PreparedWeight(self.input_linear.weight.detach()[order], bias[order], precision=self.precision),
+                    PreparedWeight(self.hidden_linear.weight.detach()[order], precision=self.precision),
+                    PreparedWeight(self.projection.weight, precision=self.precision),
+                )
+            self._prepared_key = key
+        return self._prepared
 
     def _forward_inference(self, inputs, lengths, state):
         """The same recurrence without autograd: packed weights, in-place gate arithmetic, and a
@@ -126,21 +125,21 @@ class ProjectedLSTM(nn.Module):
             inputs, lengths = inputs[order], lengths[order]
             state = (state[0][order], state[1][order]) if state is not None else None
         h, c = (state[0].clone(), state[1].clone()) if state is not None else self.zero_state(batch_size, inputs)
-        w_x, b_x, w_h = self._inference_weights()
-        input_gates = packed_linear(inputs, w_x, b_x, precision=self.precision)  # (B, T, 4D) in (i, f, o, j) order
+        input_weights, hidden_weights, projection_weights = self._inference_weights()
+        input_gates = input_weights(inputs)  # (B, T, 4D) in (i, f, o, j) order
         outputs = inputs.new_zeros(batch_size, num_steps, P)
         active_rows = (lengths.unsqueeze(0) > torch.arange(num_steps, device=lengths.device).unsqueeze(1)).sum(1).tolist()
         for t, active in enumerate(active_rows):
             if active == 0:
                 break
-            gates = packed_linear(h[:active], w_h, precision=self.precision).add_(input_gates[:active, t])  # (b, 4D)
+            gates = hidden_weights(h[:active]).add_(input_gates[:active, t])  # (b, 4D)
             sigmoid_(gates[:, : 3 * D])
             in_gate, forget_gate, out_gate = gates[:, :D], gates[:, D : 2 * D], gates[:, 2 * D : 3 * D]
             candidate = gates[:, 3 * D :].tanh_()
             new_c = torch.addcmul(forget_gate * c[:active], in_gate, candidate)  # (b, D)
             if self.cell_clip is not None:
                 new_c.clamp_(-self.cell_clip, self.cell_clip)
-            new_h = packed_linear(out_gate.mul_(torch.tanh(new_c)), self.projection.weight, precision=self.precision)  # (b, P)
+            new_h = projection_weights(out_gate.mul_(torch.tanh(new_c)))  # (b, P)
             if self.proj_clip is not None:
                 new_h.clamp_(-self.proj_clip, self.proj_clip)
             h[:active], c[:active] = new_h, new_c
