@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from elmokit import BiLM, Embedder, batch_to_ids
-from conftest import random_tf_weights, tiny_options, write_original_files
+from testkit import random_tf_weights, tiny_options, write_original_files
 from numpy_elmo import NumpyELMo
 
 SENTENCES = [

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from elmokit.text import batch_to_ids, token_to_char_ids
-from conftest import need_shared
+from testkit import need_shared
 
 
 def test_the_by_hand():

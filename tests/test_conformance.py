@@ -9,7 +9,7 @@ import torch
 
 from elmokit import BiLM, batch_to_ids
 from elmokit.nn.scalar_mix import ScalarMix
-from conftest import need_shared
+from testkit import need_shared
 
 # The reference's own check: numpy.allclose(atol=1e-6) with its default rtol=1e-5.
 ATOL, RTOL = 1e-6, 1e-5

@@ -77,7 +77,7 @@ def test_bf16_fast_path_stays_within_documented_error():
     keep every token's vectors within cosine 0.999 and 0.05 absolute of the exact path."""
     import json
 
-    from conftest import need_shared
+    from testkit import need_shared
 
     root = need_shared("fixtures", "allennlp")
     sentences = [s.split() for group in json.loads((root / "sentences.json").read_text()) for s in group]

@@ -10,7 +10,7 @@ import torch
 from elmokit import BiLM, Embedder, batch_to_ids
 from elmokit.cli.main import main
 from elmokit.formats import ModelFolderError, WeightFileError
-from conftest import need_shared, random_tf_weights, tiny_options, write_original_files
+from testkit import need_shared, random_tf_weights, tiny_options, write_original_files
 
 
 def read_all_datasets(path):

@@ -1,0 +1,82 @@
+"""Helpers for the ELMo tests: where ../shared is, tiny options, random original-format weight files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+
+
+def need_shared(*parts: str) -> Path:
+    """The path under ../shared, or skip the test saying what is missing."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"needs {path} (the shared data folder beside the checkout, or set ELMOKIT_SHARED)")
+    return path
+
+
+def tiny_options(
+    *,
+    filters=((1, 3), (2, 5), (4, 7)),
+    activation="relu",
+    n_highway=1,
+    char_dim=3,
+    lstm_dim=11,
+    projection_dim=5,
+    n_layers=2,
+    cell_clip=3.0,
+    proj_clip=3.0,
+    skip=True,
+    n_characters=262,
+) -> dict:
+    """Oddly sized options.json so that a swapped axis fails loudly."""
+    return {
+        "lstm": {"dim": lstm_dim, "projection_dim": projection_dim, "n_layers": n_layers,
+                 "cell_clip": cell_clip, "proj_clip": proj_clip, "use_skip_connections": skip},
+        "char_cnn": {"embedding": {"dim": char_dim}, "filters": [list(f) for f in filters],
+                     "n_highway": n_highway, "n_characters": n_characters,
+                     "max_characters_per_token": 50, "activation": activation},
+    }
+
+
+def random_tf_weights(options: dict, seed: int = 0, scale: float = 0.5) -> dict[str, np.ndarray]:
+    """Random weights named and shaped as bilm-tf's dump (spec §3.2), written from the spec."""
+    rng = np.random.default_rng(seed)
+    cnn, lstm = options["char_cnn"], options["lstm"]
+    E, P, D = cnn["embedding"]["dim"], lstm["projection_dim"], lstm["dim"]
+    F = sum(n for _, n in cnn["filters"])
+
+    def r(*shape):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w = {"char_embed": r(261, E)}
+    for i, (width, n) in enumerate(cnn["filters"]):
+        w[f"CNN/W_cnn_{i}"], w[f"CNN/b_cnn_{i}"] = r(1, width, E, n), r(n)
+    for k in range(cnn.get("n_highway") or 0):
+        for name in ("carry", "transform"):
+            w[f"CNN_high_{k}/W_{name}"], w[f"CNN_high_{k}/b_{name}"] = r(F, F) / np.sqrt(F), r(F)
+    if F != P:
+        w["CNN_proj/W_proj"], w["CNN_proj/b_proj"] = r(F, P) / np.sqrt(F), r(P)
+    for d in (0, 1):
+        for layer in range(lstm.get("n_layers", 1)):
+            cell = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            w[f"{cell}/W_0"], w[f"{cell}/B"], w[f"{cell}/W_P_0"] = r(2 * P, 4 * D), r(4 * D), r(D, P)
+    return {name: value.astype(np.float32) for name, value in w.items()}  # the format is float32
+
+
+def write_original_files(directory: Path, options: dict, weights: dict) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    options_path, weights_path = directory / "options.json", directory / "weights.hdf5"
+    options_path.write_text(json.dumps(options))
+    with h5py.File(weights_path, "w") as f:
+        for name, value in weights.items():
+            f.create_dataset(name, data=value)
+    return options_path, weights_path
