@@ -99,6 +99,14 @@ def open_text(path: str | os.PathLike) -> IO[str]:
     return io.open(path, "rt", encoding="utf-8", newline=None)
 
 
+def open_binary(path: str | os.PathLike) -> IO[bytes]:
+    """Open a plain, ``.xz``, ``.gz`` or ``.bz2`` file for reading bytes."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    opener = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}.get(suffix, io.open)
+    return opener(path, "rb")
+
+
 def expand_patterns(patterns: str | Sequence[str]) -> list[Path]:
     """Sorted, de-duplicated files matching one or more glob patterns (or plain paths)."""
     if isinstance(patterns, (str, os.PathLike)):
@@ -154,18 +162,23 @@ class Corpus:
         self.limit_lines = limit_lines
 
     def lines(self) -> Iterator[tuple[Path, int, str]]:
-        """Raw lines as ``(file, line_number, text)`` (1-based line numbers, newline stripped)."""
+        """Raw lines as ``(file, line_number, text)`` (1-based line numbers, newline stripped).
+
+        Lines are read as bytes and decoded one by one, so a decoding error names its exact line.
+        """
         for path in self.files:
             lineno = 0
             try:
-                with open_text(path) as handle:
-                    for lineno, line in enumerate(handle, 1):
-                        yield path, lineno, line.rstrip("\n")
-            except UnicodeDecodeError as error:
-                raise CorpusError(
-                    f"{path}:{lineno + 1}: not valid UTF-8 ({error.reason} at byte {error.start} of the "
-                    "decoded block); fix: convert the file, e.g. `iconv -f latin1 -t utf-8`"
-                ) from None
+                with open_binary(path) as handle:
+                    for lineno, raw in enumerate(handle, 1):
+                        try:
+                            line = raw.decode("utf-8")
+                        except UnicodeDecodeError as error:
+                            raise CorpusError(
+                                f"{path}:{lineno}: not valid UTF-8 ({error.reason} at byte {error.start} of the line); "
+                                "fix: convert the file, e.g. `iconv -f latin1 -t utf-8`"
+                            ) from None
+                        yield path, lineno, line.rstrip("\r\n")
             except (EOFError, lzma.LZMAError, gzip.BadGzipFile, OSError) as error:
                 raise CorpusError(f"{path}:{lineno + 1}: cannot read ({error}); fix: check the file is complete") from None
 
