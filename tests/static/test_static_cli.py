@@ -118,3 +118,17 @@ def test_eval_similarity_cli(tmp_path, capsys):
     assert mc["n_covered"] == 3 and mc["coverage"] == 0.75 and mc["spearman"] == pytest.approx(1.0)
     # dog - cat + car = (-.1+.., ...) -> bus is the nearest word left: correct
     assert res["analogy"][0]["accuracy"] == 1.0 and res["analogy"][0]["n_covered"] == 1
+
+
+@pytest.mark.parametrize("algo", ["skipgram", "glove"])
+def test_same_seed_same_vectors_different_seed_different(tmp_path, tiny_corpus, algo):
+    def train(name, seed):
+        extra = ["--epochs", "2"] if algo == "glove" else []
+        argv = ["static", "train", "--algo", algo, "--dim", "6", "--min-count", "2", "--corpus", tiny_corpus,
+                "--out", str(tmp_path / name), "--seed", str(seed), "--quiet", *extra]
+        assert main(argv) == 0
+        return StaticVectors.load(tmp_path / name).vectors
+
+    first, again, other = train("a", 3), train("b", 3), train("c", 4)
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
