@@ -43,6 +43,10 @@ METHODS = [
     ("doc2vec-dbow", "Doc2Vec PV-DBOW (+ word vectors), word table", ["--algo", "doc2vec", "--mode", "dbow"]),
     ("doc2vec-dm", "Doc2Vec PV-DM, word table", ["--algo", "doc2vec", "--mode", "dm"]),
 ]
+# Extra evaluations of a trained run: (run name, row label, eval options, output file).
+EXTRA_EVALS = [
+    ("fasttext", "fastText, table words only (no n-gram vectors for unseen words)", ["--in-vocab-only"], "eval.in-vocab.json"),
+]
 CORPUS_REL = "gutenberg_en/train.0[0-2].txt.xz"
 TOKENIZATION = ["--tokenizer", "regex", "--lowercase"]
 EVAL_ARGS = ["--datasets", "ws353,ws353-sim,ws353-rel,simlex999,men,rw,simverb3500", "--analogies", "google,msr"]
@@ -62,9 +66,18 @@ def train_command(name: str, options: list[str]) -> list[str]:
             "--workers", "1", "--out", f"runs/static/{name}", "--force"]
 
 
-def eval_command(name: str) -> list[str]:
-    return ["elmokit", "eval", "similarity", "--vectors", f"runs/static/{name}", *EVAL_ARGS,
-            "--out", f"runs/static/{name}/eval.json"]
+def eval_command(name: str, extra: list[str] = (), out: str = "eval.json") -> list[str]:
+    return ["elmokit", "eval", "similarity", "--vectors", f"runs/static/{name}", *EVAL_ARGS, *extra,
+            "--out", f"runs/static/{name}/{out}"]
+
+
+def rows() -> list[tuple[str, str, str]]:
+    """(run name, label, eval file) in table order: each method, then its extra evaluations."""
+    out = []
+    for name, label, _ in METHODS:
+        out.append((name, label, "eval.json"))
+        out += [(n, lab, f) for n, lab, _, f in EXTRA_EVALS if n == name]
+    return out
 
 
 def run(command: list[str], log_path: Path) -> float:
@@ -89,14 +102,14 @@ def fmt(value, digits=3) -> str:
 def table(names: list[str]) -> str:
     head = ("| method | dim | vocab | WS-353 | WS-sim | WS-rel | SimLex-999 | MEN | RW | SimVerb | Google (sem/syn) | MSR "
             "| train wall time |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-    rows = []
-    for name, label, _ in METHODS:
+    lines = []
+    for name, label, eval_file in rows():
         if name not in names:
             continue
         folder = RUNS / name
-        if not (folder / "eval.json").exists():
+        if not (folder / eval_file).exists():
             continue
-        ev = json.loads((folder / "eval.json").read_text())
+        ev = json.loads((folder / eval_file).read_text())
         rj = json.loads((folder / "run.json").read_text())
         sim = {r["dataset"]: r for r in ev["similarity"]}
         ana = {r["dataset"]: r for r in ev["analogy"]}
@@ -110,12 +123,12 @@ def table(names: list[str]) -> str:
         google = "–" if g is None else f"{g['accuracy']:.3f} ({g['sections']['semantic']['accuracy']:.2f}/{g['sections']['syntactic']['accuracy']:.2f}; cov {g['coverage'] * 100:.0f}%)"
         msr = "–" if m is None else f"{m['accuracy']:.3f} (cov {m['coverage'] * 100:.0f}%)"
         wall = rj.get("total_seconds", rj["training_seconds"])
-        rows.append(f"| {label} | {rj['config']['dim']} | {rj['vocab_size']:,} | {s('ws353')} | {s('ws353-sim')} | "
+        lines.append(f"| {label} | {rj['config']['dim']} | {rj['vocab_size']:,} | {s('ws353')} | {s('ws353-sim')} | "
                     f"{s('ws353-rel')} | {s('simlex999')} | {s('men')} | {s('rw')} | {s('simverb3500')} | {google} | {msr} "
                     f"| {wall / 60:.1f} min |")
-    rows.append("| **ELMo default model, context-independent layer** (placeholder) | – | – | – | – | – | – | – | – | – "
+    lines.append("| **ELMo default model, context-independent layer** (placeholder) | – | – | – | – | – | – | – | – | – "
                 "| – | – | filled when the default model exists: `elmokit eval similarity --model default --layer 0` |")
-    return head + "\n".join(rows) + "\n"
+    return head + "\n".join(lines) + "\n"
 
 
 def section(names: list[str]) -> str:
@@ -124,6 +137,7 @@ def section(names: list[str]) -> str:
         if name in names and (RUNS / name / "run.json").exists():
             cmds.append(shlex.join(train_command(name, options)))
             cmds.append(shlex.join(eval_command(name)))
+            cmds += [shlex.join(eval_command(n, extra, f)) for n, _, extra, f in EXTRA_EVALS if n == name]
     notes_path = REPO / "benchmarks" / "static_vectors_notes.md"
     notes = notes_path.read_text() if notes_path.exists() else ""
     return (
@@ -172,6 +186,9 @@ def main() -> int:
             run(train_command(name, options), RUNS / f"{name}.train.log")
         if not args.no_eval and (RUNS / name / "run.json").exists():
             run(eval_command(name), RUNS / f"{name}.eval.log")
+            for n, _, extra, out in EXTRA_EVALS:
+                if n == name:
+                    run(eval_command(name, extra, out), RUNS / f"{name}.{out}.log")
     if not args.no_eval:
         write_results(section([m[0] for m in METHODS]))
         print(f"wrote {RESULTS}")

@@ -79,4 +79,12 @@ def test_subword_vector_is_mean_of_stored_rows():
     assert "cat" not in t and t.has_vector("cat")
     np.testing.assert_allclose(t["cat"], expected)
     np.testing.assert_allclose(t.embed([["cat"]])[0][0, 0], expected)
+    from elmokit.evaluation.word_similarity import evaluate_similarity
+
+    pairs = [("dog", "cat", 1.0), ("cat", "dog", 2.0), ("dog", "dog", 3.0)]
+    assert evaluate_similarity(t, pairs)["n_covered"] == 3
+    assert evaluate_similarity(t, pairs, lowercase=False)["n_covered"] == 3
+    from elmokit.evaluation.word_similarity import WordVectors
+
+    assert evaluate_similarity(WordVectors(t, in_vocab_only=True), pairs)["n_covered"] == 1
     assert not t.has_vector("q")  # "<q>" is one 3-gram, whose bucket is (almost surely) not stored

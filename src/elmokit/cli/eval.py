@@ -47,6 +47,8 @@ def _register_similarity(sub) -> None:
                    help="file of candidate words, most frequent first (needed for analogies with --model)")
     p.add_argument("--lowercase", choices=("auto", "yes", "no"), default="auto",
                    help="lowercase the benchmark words (auto: if the table was trained lowercased)")
+    p.add_argument("--in-vocab-only", action="store_true",
+                   help="tables: count only words with their own row as covered (no fastText n-gram vectors)")
     p.add_argument("--data-dir", default=None, help="the wordsim folder (default: $ELMOKIT_SHARED/data/wordsim or ../shared)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
     p.set_defaults(func=run_similarity)
@@ -101,7 +103,8 @@ def run_similarity(args: argparse.Namespace) -> int:
                 print(f"elmokit eval similarity: {rep.name}: no word list, analogies skipped (give --analogy-vocab)",
                       file=sys.stderr)
             results.append(evaluate(rep, datasets=datasets, analogies=use, layer=args.layer, lowercase=lowercase,
-                                    top_n=args.top_n, vocab=vocab, data_dir=args.data_dir))
+                                    top_n=args.top_n, vocab=vocab, data_dir=args.data_dir,
+                                    in_vocab_only=args.in_vocab_only))
     except (DatasetError, VectorFileError, FileNotFoundError, ValueError) as error:
         print(f"elmokit eval similarity: error: {error}", file=sys.stderr)
         return 2

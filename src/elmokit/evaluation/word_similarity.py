@@ -186,9 +186,12 @@ class WordVectors:
         layer: which layer of ``embed`` to use (0 = context-independent for ELMo).
         lowercase: lowercase query words; None: when the representation says it was trained
             lowercased (``rep.lowercase``).
+        in_vocab_only: for tables, cover only words with their own row (no fastText n-gram
+            vectors), so that tables are compared on the same pairs.
     """
 
-    def __init__(self, rep, *, layer: int = 0, lowercase: bool | None = None, batch_size: int = 512) -> None:
+    def __init__(self, rep, *, layer: int = 0, lowercase: bool | None = None, batch_size: int = 512,
+                 in_vocab_only: bool = False) -> None:
         if not 0 <= layer < rep.num_layers:
             raise ValueError(f"--layer {layer} is out of range: {rep.name} has {rep.num_layers} layer(s) (0..{rep.num_layers - 1})")
         self.rep = rep
@@ -196,13 +199,16 @@ class WordVectors:
         self.lowercase = bool(getattr(rep, "lowercase", False)) if lowercase is None else lowercase
         self.is_table = hasattr(rep, "has_vector") and hasattr(rep, "vector")
         self.batch_size = batch_size
+        self.in_vocab_only = in_vocab_only
         self._cache: dict[str, np.ndarray] = {}
 
     def key(self, word: str) -> str:
         return word.lower() if self.lowercase else word
 
     def covers(self, word: str) -> bool:
-        return self.rep.has_vector(self.key(word)) if self.is_table else True
+        if not self.is_table:
+            return True
+        return self.key(word) in self.rep if self.in_vocab_only else self.rep.has_vector(self.key(word))
 
     def vectors(self, words: Sequence[str]) -> np.ndarray:
         """(len(words), dim) float32 for covered words (KeyError for a word a table lacks)."""
@@ -306,10 +312,11 @@ def evaluate_analogy(rep, questions: Sequence[Question], *, vocab: Sequence[str]
 
 def evaluate(rep, *, datasets: Sequence[str] = DEFAULT_SIMILARITY, analogies: Sequence[str] = DEFAULT_ANALOGY,
              layer: int = 0, lowercase: bool | None = None, top_n: int = 30000, vocab: Sequence[str] | None = None,
-             data_dir=None) -> dict:
+             data_dir=None, in_vocab_only: bool = False) -> dict:
     """All requested benchmarks for one representation, as one JSON-ready dict."""
-    wv = WordVectors(rep, layer=layer, lowercase=lowercase)
-    out = {"representation": rep.name, "layer": layer, "lowercase": wv.lowercase, "similarity": [], "analogy": []}
+    wv = WordVectors(rep, layer=layer, lowercase=lowercase, in_vocab_only=in_vocab_only)
+    out = {"representation": rep.name, "layer": layer, "lowercase": wv.lowercase, "in_vocab_only": in_vocab_only,
+           "similarity": [], "analogy": []}
     for name in datasets:
         out["similarity"].append(evaluate_similarity(wv, load_similarity(name, data_dir), name=name))
     for name in analogies:
