@@ -18,9 +18,12 @@ Memory bound (documented, and enforced by construction):
 * at the end the spills are merged block by block of ``merge_rows`` rows, each spill memory-mapped,
   so the merge holds one block of every spill at a time.
 
-So counting needs about ``16 * chunk_tokens * window * 2 + 3 * 12 * max_pairs_in_memory`` bytes
-(with the defaults, 15-word window: ~0.5 GB + ~0.7 GB), whatever the corpus size. The result, the
-final matrix, is returned in memory (the trainer needs every nonzero each epoch anyway).
+So counting needs about ``2 * 16 * chunk_tokens * window * 2 + 3 * 12 * max_pairs_in_memory`` bytes
+(scipy's COO->CSR conversion copies a chunk once; the sum of two CSR matrices briefly holds three):
+with the defaults and a 15-word window ~0.5 GB + ~0.7 GB, whatever the corpus size. The result,
+the final matrix, is returned in memory (the trainer needs every nonzero each epoch anyway).
+Measured: gutenberg train.00-02 (11.5 M tokens, 37,669 words, window 15) spills once and ends with
+25.8 M nonzeros; the whole GloVe run peaks at 1.6 GB resident, training arrays included.
 """
 
 from __future__ import annotations
