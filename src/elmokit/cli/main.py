@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `elmokit --help` lists them.
-SUBCOMMAND_MODULES = ["embed", "convert", "demo"]
+SUBCOMMAND_MODULES = ["embed", "convert", "demo", "static", "eval"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
-        module = importlib.import_module(f"elmokit.cli.{module_name}")
+        try:
+            module = importlib.import_module(f"elmokit.cli.{module_name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"elmokit.cli.{module_name}":
+                raise
+            continue  # a subcommand not present in this checkout (branches are merged later)
         module.register(subparsers)
     return parser
 
@@ -29,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by commands that write run folders
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
