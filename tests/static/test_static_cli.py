@@ -13,7 +13,7 @@ from elmokit.cli.main import main
 from elmokit.static.train import infer_doc_vectors, load_doc_vectors
 from elmokit.static.vectors import StaticVectors
 
-from conftest import ANIMALS
+from static_testkit import ANIMALS
 
 FAST = {  # tiny, quick settings; everything else is the tool default
     "cbow-hs": ["--algo", "cbow", "--hs"],
@@ -71,7 +71,7 @@ def test_train_each_algorithm(tmp_path, tiny_corpus, run):
         np.testing.assert_array_equal(emb[0, 2], 0)
     if run.startswith("doc2vec"):
         docs = load_doc_vectors(out)
-        from conftest import tiny_lines
+        from static_testkit import tiny_lines
 
         assert docs.shape == (sum(1 for line in tiny_lines() if line.strip()), int(dim))  # one per non-empty line
         inferred = infer_doc_vectors(out, [["the", "cat", "runs"], ["a", "dog"]])

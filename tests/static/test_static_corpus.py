@@ -5,7 +5,7 @@ import pytest
 
 from elmokit.text.corpus import Corpus, CorpusError, Tokenizer
 
-from conftest import tiny_lines
+from static_testkit import tiny_lines
 
 
 def test_reads_xz_and_gz_in_order_and_skips_blank_lines(tiny_corpus):

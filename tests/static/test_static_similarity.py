@@ -16,7 +16,7 @@ from elmokit.evaluation.word_similarity import (
 )
 from elmokit.static.vectors import StaticVectors
 
-from conftest import need_shared
+from static_testkit import need_shared
 
 
 def test_spearman_hand_computed_with_ties():
