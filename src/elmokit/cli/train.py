@@ -39,6 +39,8 @@ TRAINING_FLAGS = {
     "checkpoint_every": ("--checkpoint-every", int, "write a checkpoint every N steps (default 1000; always at the end)"),
     "keep_checkpoints": ("--keep-checkpoints", int, "keep the newest N checkpoints (default 2)"),
     "log_every": ("--log-every", int, "append to metrics.jsonl every N steps (default 10)"),
+    "valid_every": ("--valid-every", int, "held-out perplexity every N steps, with --valid (default 1000)"),
+    "valid_sentences": ("--valid-sentences", int, "evaluate the first N sentences of --valid (default 1000)"),
 }
 
 
@@ -59,6 +61,7 @@ def register(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint, exactly")
     for field_name, (flag, kind, text) in TRAINING_FLAGS.items():
         parser.add_argument(flag, dest=field_name, type=kind, default=None, help=text)
+    parser.add_argument("--valid", dest="valid_corpus", action="append", default=None, help="held-out file or glob: full-softmax perplexity logged to metrics.jsonl every --valid-every steps")
     parser.add_argument("--bf16", action="store_true", default=None, help="bfloat16 autocast of the forward pass (GPU; optional on CPU)")
     add_tokenizer_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
@@ -139,6 +142,8 @@ def resolve(args: argparse.Namespace):
             values[field_name] = getattr(args, field_name)
     if args.bf16 is not None:
         values["bf16"] = args.bf16
+    if args.valid_corpus is not None:
+        values["valid_corpus"] = args.valid_corpus
     try:
         values["tokenizer"] = tokenizer_spec_from_args(args, fallback=values.get("tokenizer"))
         training = TrainingConfig(**values)

@@ -21,7 +21,10 @@ from typing import Any, ClassVar, Literal
 logger = logging.getLogger(__name__)
 
 # Fields that may differ when a run is resumed (they do not change what is computed per step).
-RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every"})
+RESUMABLE_CHANGES = frozenset({
+    "max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every",
+    "valid_corpus", "valid_every", "valid_sentences",
+})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +58,10 @@ class TrainingConfig:
     keep_checkpoints: int = 2
     log_every: int = 10
     bf16: bool = False  # autocast the forward pass to bfloat16 (GPU; CPU works but is optional)
+    # held-out perplexity (full softmax) every valid_every steps, on the first valid_sentences
+    valid_corpus: list[str] | None = None
+    valid_every: int = 1000
+    valid_sentences: int = 1000
 
     def __post_init__(self) -> None:
         if self.batch_tokens is None and self.batch_size < 1:
@@ -65,10 +72,12 @@ class TrainingConfig:
             raise ValueError(f"softmax must be auto, full or sampled, got {self.softmax!r}")
         if self.max_steps is None and self.epochs is None:
             raise ValueError("give max_steps or epochs (how long to train)")
-        for name in ("max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every"):
+        for name in ("max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every", "valid_every", "valid_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         object.__setattr__(self, "tokenizer", dict(self.tokenizer))
+        if isinstance(self.valid_corpus, str):
+            object.__setattr__(self, "valid_corpus", [self.valid_corpus])
 
     def uses_sampled_softmax(self, vocab_size: int) -> bool:
         if self.softmax == "auto":

@@ -145,7 +145,7 @@ def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, voca
         "",
         "## Training",
         f"- steps: {step:,}; training tokens: {tokens:,} (real tokens, boundaries excluded); "
-        f"wall time {elapsed_s / 3600:.2f} h",
+        f"wall time {elapsed_s / 3600:.2f} h ({elapsed_s / 60:.1f} min)",
         f"- optimiser: Adagrad lr {training.lr}, initial accumulator {training.initial_accumulator}, "
         f"clip {training.clip_norm}, loss scale {training.loss_scale}; batch "
         + (f"{training.batch_tokens} tokens" if training.batch_tokens else f"{training.batch_size} sentences")
@@ -307,6 +307,34 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
             )
         context.barrier()
 
+    valid_sentences = None
+
+    def validate(at_step: int) -> None:
+        nonlocal valid_sentences
+        if context.is_main:
+            from itertools import islice
+
+            from elmokit.evaluation.perplexity import perplexity
+            from elmokit.text.corpus import Corpus
+
+            if valid_sentences is None:
+                corpus_v = Corpus(training.valid_corpus, tokenizer=tokenizer, max_tokens=training.max_length)
+                valid_sentences = list(islice(corpus_v, training.valid_sentences))
+            rng = torch.get_rng_state()  # evaluation draws nothing, but keep the stream untouched anyway
+            began = time.perf_counter()
+            result = perplexity(model, vocabulary, valid_sentences, device=device)
+            torch.set_rng_state(rng)
+            model.train()
+            entry = {"step": at_step, "valid_fwd_ppl": result.forward, "valid_bwd_ppl": result.backward,
+                     "valid_ppl": result.average, "valid_targets": result.num_targets,
+                     "valid_seconds": round(time.perf_counter() - began, 1)}
+            history.append(entry)
+            with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry) + "\n")
+            logger.info("step %d  valid perplexity fwd %.1f bwd %.1f avg %.1f", at_step, result.forward,
+                        result.backward, result.average)
+        context.barrier()
+
     last_saved = step
     tokens_at_start = tokens_seen
     while training.max_steps is None or step < training.max_steps:
@@ -342,6 +370,8 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
             bar.update(1)
             rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - start_time, 1e-9)
             bar.set_postfix(loss=f"{loss_value:.3f}", ppl=f"{_exp(loss_value):.1f}", tok_s=f"{rate:.0f}", refresh=False)
+        if training.valid_corpus and step % training.valid_every == 0:
+            validate(step)
         if step % training.checkpoint_every == 0:
             save(step)
             last_saved = step
