@@ -273,6 +273,11 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
     if context.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
+        import warnings
+
+        # The char CNN's im2col weight gradients arrive transposed; DDP copies them into its
+        # buckets and says so on every step. Harmless (a small copy), so keep the log readable.
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
         train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     model.train()
 
