@@ -115,11 +115,21 @@ def test_not_a_model_folder(tmp_path):
 def test_native_config_version_and_fields(tmp_path, tiny_original):
     BiLM.from_original(*tiny_original[:2]).save_pretrained(tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
-    assert config["format_version"] == 1 and config["lstm_dim"] == 11 and config["filters"] == [[1, 3], [2, 5], [4, 7]]
+    assert config["format_version"] == 2 and config["lstm_dim"] == 11 and config["dropout"] == 0.0 and config["filters"] == [[1, 3], [2, 5], [4, 7]]
     config["format_version"] = 99
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelFolderError, match="format_version 99 is newer"):
         BiLM.from_pretrained(tmp_path / "m")
+
+
+def test_version_1_config_without_dropout_loads_with_dropout_zero(tmp_path, tiny_original):
+    """format_version 2 added `dropout`; a version-1 file (no such field) means 0.0."""
+    BiLM.from_original(*tiny_original[:2]).save_pretrained(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["format_version"] = 1
+    del config["dropout"]
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    assert BiLM.from_pretrained(tmp_path / "m").config.dropout == 0.0
 
 
 def test_shipped_default_model_is_the_allennlp_fixture():

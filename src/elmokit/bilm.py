@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from elmokit.nn.char_encoder import CharCNNEncoder
@@ -52,7 +53,8 @@ class BiLMConfig:
     Field names follow the reference ``options.json`` (spec §3.1) where one exists.
     """
 
-    FORMAT_VERSION: ClassVar[int] = 1
+    # 2: added `dropout` (missing in version-1 files means 0.0).
+    FORMAT_VERSION: ClassVar[int] = 2
 
     char_embedding_dim: int = 16
     filters: tuple[tuple[int, int], ...] = ORIGINAL_FILTERS  # (width, number of filters)
@@ -68,12 +70,17 @@ class BiLMConfig:
     use_skip_connections: bool = True
     # bilm-tf builds the token projection only when sum(filters) != projection_dim.
     token_projection: bool = True
+    # Training only (bilm-tf `dropout`): dropout on every LSTM layer's input, active in train
+    # mode only; inference never uses it. The LM head drops the top layer too (training/lm.py).
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         # JSON gives lists; keep the frozen config hashable and comparable.
         object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
         if self.max_characters_per_token != 50:
             raise ValueError("ELMo character ids are fixed at 50 per token (max_characters_per_token=50)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.n_characters != 262:
             raise ValueError(
                 f"n_characters must be 262 (261 ids + padding); got {self.n_characters}. "
@@ -119,7 +126,8 @@ class BiLMConfig:
 
 
 # Named architectures. `original` is elmo_2x4096_512_2048cnn_2xhighway; `allennlp_small` and
-# `allennlp_medium` the published 2x1024_128 and 2x2048_256 shapes; `tiny` is for tests.
+# `allennlp_medium` the published 2x1024_128 and 2x2048_256 shapes; `small` a CPU-sized one
+# (512-filter CNN); `tiny` is for tests. The trainable presets carry bilm-tf's dropout 0.1.
 PRESETS: dict[str, BiLMConfig] = {
     "tiny": BiLMConfig(
         char_embedding_dim=4,
@@ -133,10 +141,11 @@ PRESETS: dict[str, BiLMConfig] = {
         n_highway=1,
         lstm_dim=1024,
         projection_dim=128,
+        dropout=0.1,
     ),
-    "allennlp_small": BiLMConfig(n_highway=1, lstm_dim=1024, projection_dim=128),
-    "allennlp_medium": BiLMConfig(n_highway=1, lstm_dim=2048, projection_dim=256),
-    "original": BiLMConfig(),
+    "allennlp_small": BiLMConfig(n_highway=1, lstm_dim=1024, projection_dim=128, dropout=0.1),
+    "allennlp_medium": BiLMConfig(n_highway=1, lstm_dim=2048, projection_dim=256, dropout=0.1),
+    "original": BiLMConfig(dropout=0.1),
 }
 
 
@@ -325,6 +334,12 @@ class BiLM(nn.Module):
         final_h, final_c = [], []
         forward_in, backward_in = tokens, reverse_padded(tokens, lengths)
         for layer in range(self.config.n_layers):
+            # -- training only: bilm-tf's DropoutWrapper(input_keep_prob) around each (residual)
+            # cell, so the residual below adds the dropped input, as in TF. No-op in eval mode.
+            if self.training and self.config.dropout > 0.0:
+                forward_in = F.dropout(forward_in, self.config.dropout, training=True)
+                backward_in = F.dropout(backward_in, self.config.dropout, training=True)
+            # -- end of the training-only part
             state_f = (initial[0][layer, 0], initial[1][layer, 0]) if initial else None
             state_b = (initial[0][layer, 1], initial[1][layer, 1]) if initial else None
             forward_out, (h_f, c_f) = self.forward_lstm[layer](forward_in, lengths, state_f)

@@ -1,0 +1,62 @@
+"""The tokenizer flags shared by `vocab`, `train` and `perplexity` (not a subcommand)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_tokenizer_arguments(parser: argparse.ArgumentParser, *, default_help: str = "whitespace") -> None:
+    group = parser.add_argument_group("tokenisation")
+    group.add_argument(
+        "--tokenizer", choices=("whitespace", "regex", "hook"), default=None,
+        help=f"whitespace (str.split), regex (\\w+|[^\\w\\s]) or hook (--tokenizer-hook) (default: {default_help})",
+    )
+    group.add_argument("--tokenizer-hook", default=None, help="'package.module:function' mapping a line to a list of tokens")
+    group.add_argument("--lowercase", action="store_true", default=None, help="lowercase lines before tokenising")
+
+
+def tokenizer_spec_from_args(args: argparse.Namespace, fallback: dict | None = None) -> dict:
+    """The recorded form ({"kind": ...}) of the tokenizer the flags ask for; ``fallback`` when none given."""
+    if args.tokenizer is None and args.tokenizer_hook is None and args.lowercase is None:
+        return dict(fallback or {"kind": "whitespace", "lowercase": False})
+    kind = args.tokenizer or ("hook" if args.tokenizer_hook else (fallback or {}).get("kind", "whitespace"))
+    spec = {"kind": kind, "lowercase": bool(args.lowercase)}
+    if kind == "hook":
+        if not args.tokenizer_hook:
+            raise SettingError("--tokenizer hook needs --tokenizer-hook package.module:function")
+        spec["callable"] = args.tokenizer_hook
+    return spec
+
+
+def tokenizer_from_args(args: argparse.Namespace, fallback: dict | None = None):
+    from elmokit.training.data import make_tokenizer
+
+    try:
+        return make_tokenizer(tokenizer_spec_from_args(args, fallback))
+    except ValueError as error:
+        raise SettingError(str(error)) from None
+
+
+def run_training_command(command: str, func, args: argparse.Namespace) -> int:
+    """``run_reporting_errors`` plus the training side's input errors (corpus, vocabulary, run
+    folder, checkpoint, bad settings): one line naming the problem, exit code 2."""
+    import sys
+
+    from elmokit.cli.common import run_reporting_errors
+    from elmokit.text.corpus import CorpusError
+    from elmokit.training.checkpoint import CheckpointError
+    from elmokit.training.trainer import RunError
+    from elmokit.training.vocab import VocabularyError
+
+    def guarded(arguments):
+        try:
+            return func(arguments)
+        except (CorpusError, VocabularyError, RunError, CheckpointError, SettingError) as error:
+            print(f"elmokit {command}: error: {error}", file=sys.stderr)
+            return 2
+
+    return run_reporting_errors(command, guarded, args)
+
+
+class SettingError(ValueError):
+    """A flag value that cannot be used (reported without a traceback)."""

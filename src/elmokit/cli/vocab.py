@@ -1,0 +1,46 @@
+"""`elmokit vocab --corpus GLOB --out vocab.txt`: the output vocabulary in bilm-tf's format."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from elmokit.cli.training_common import add_tokenizer_arguments, run_training_command, tokenizer_from_args
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "vocab",
+        help="count a corpus and write the output vocabulary (bilm-tf format)",
+        description="Write <S>, </S>, <UNK>, then the corpus tokens by descending count (ties in code-point "
+        "order), one per line. The corpus is streamed, never loaded whole.",
+    )
+    parser.add_argument("--corpus", action="append", required=True, help="corpus file or glob (plain, .xz, .gz); repeatable")
+    parser.add_argument("--out", required=True, help="vocabulary file to write")
+    parser.add_argument("--min-count", type=int, default=1, help="keep tokens seen at least this often (default 1)")
+    parser.add_argument("--max-size", type=int, default=None, help="at most this many lines, the 3 special tokens included (default: no limit)")
+    parser.add_argument("--counts", default=None, help="also write 'token<TAB>count' lines to this file")
+    add_tokenizer_arguments(parser)
+    parser.set_defaults(func=lambda args: run_training_command("vocab", run, args))
+
+
+def run(args: argparse.Namespace) -> int:
+    from elmokit.io import atomic_path
+    from elmokit.text.corpus import Corpus
+    from elmokit.training.vocab import build_vocabulary, count_tokens, coverage
+
+    corpus = Corpus(args.corpus, tokenizer=tokenizer_from_args(args), progress=True)
+    counts = count_tokens(corpus)
+    vocabulary = build_vocabulary(counts, min_count=args.min_count, max_size=args.max_size)
+    vocabulary.save(args.out)
+    if args.counts:
+        with atomic_path(args.counts) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+            for token in vocabulary.tokens[3:]:
+                handle.write(f"{token}\t{counts[token]}\n")
+    total = sum(counts.values())
+    print(
+        f"elmokit vocab: {len(counts):,} types, {total:,} tokens; wrote {len(vocabulary):,} entries to {args.out} "
+        f"(coverage {100 * coverage(vocabulary, counts):.2f}% of running tokens)",
+        file=sys.stderr,
+    )
+    return 0

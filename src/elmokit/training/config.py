@@ -1,0 +1,106 @@
+"""Training hyper-parameters: one frozen, keyword-only dataclass saved with every run.
+
+Defaults are bilm-tf's recipe (``bin/train_elmo.py`` and ``bilm/training.py``): Adagrad with
+learning rate 0.2 and initial accumulator 1.0, gradient-norm clipping at 10.0 over all
+parameters, 8192 negative samples shared by the batch, and the loss scaled by 20 - bilm-tf
+differentiates ``loss * unroll_steps`` with ``unroll_steps = 20``, i.e. the per-row sum over a
+20-token window; we keep the same scale so the learning rate means the same.
+
+What differs from bilm-tf, deliberately: batches are whole sentences (cut at ``max_length``)
+starting from a zero state, the way elmokit's stateless inference reads them, instead of 20-token
+windows carrying the LSTM state across batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+logger = logging.getLogger(__name__)
+
+# Fields that may differ when a run is resumed (they do not change what is computed per step).
+RESUMABLE_CHANGES = frozenset({
+    "max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every",
+    "valid_corpus", "valid_every", "valid_sentences",
+})
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """How to train. Saved as ``training.json`` in the run folder (with ``format_version``).
+
+    Batches are global: under data parallelism they are split over the ranks.
+    """
+
+    FORMAT_VERSION: ClassVar[int] = 1
+
+    # data
+    batch_size: int = 64  # sentences per global batch (unless batch_tokens is set)
+    batch_tokens: int | None = None  # or: tokens per global batch (sentences added while they fit)
+    max_length: int = 50  # longer lines are cut into pieces of at most this many tokens
+    shuffle_buffer: int = 10_000  # sentences in the per-shard shuffle buffer
+    tokenizer: dict = dataclasses.field(default_factory=lambda: {"kind": "whitespace", "lowercase": False})
+    # optimisation (bilm-tf)
+    lr: float = 0.2
+    initial_accumulator: float = 1.0
+    clip_norm: float = 10.0
+    loss_scale: float = 20.0
+    # softmax
+    softmax: Literal["auto", "full", "sampled"] = "auto"  # auto: full iff vocab <= 2 x negatives
+    n_negative_samples: int = 8192
+    # run
+    seed: int = 0
+    max_steps: int | None = None
+    epochs: int | None = None
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    bf16: bool = False  # autocast the forward pass to bfloat16 (GPU; CPU works but is optional)
+    # held-out perplexity (full softmax) every valid_every steps, on the first valid_sentences
+    valid_corpus: list[str] | None = None
+    valid_every: int = 1000
+    valid_sentences: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.batch_tokens is None and self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if self.batch_tokens is not None and self.batch_tokens < 1:
+            raise ValueError("batch_tokens must be at least 1")
+        if self.softmax not in ("auto", "full", "sampled"):
+            raise ValueError(f"softmax must be auto, full or sampled, got {self.softmax!r}")
+        if self.max_steps is None and self.epochs is None:
+            raise ValueError("give max_steps or epochs (how long to train)")
+        for name in ("max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every", "valid_every", "valid_sentences"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        object.__setattr__(self, "tokenizer", dict(self.tokenizer))
+        if isinstance(self.valid_corpus, str):
+            object.__setattr__(self, "valid_corpus", [self.valid_corpus])
+
+    def uses_sampled_softmax(self, vocab_size: int) -> bool:
+        if self.softmax == "auto":
+            return vocab_size > 2 * self.n_negative_samples
+        return self.softmax == "sampled"
+
+    def replace(self, **changes: Any) -> "TrainingConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainingConfig":
+        data = dict(data)
+        version = data.pop("format_version", None)
+        if version is None or version > cls.FORMAT_VERSION:
+            raise ValueError(f"training config format_version {version!r} is not one this elmokit reads")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"training config has unknown fields {unknown}")
+        for field in dataclasses.fields(cls):
+            if field.name not in data:
+                logger.info("training config field %r missing; using the default", field.name)
+        return cls(**data)

@@ -1,0 +1,404 @@
+"""The biLM as a language model: ELMo's training objective (Peters et al. 2018, §3.1, eq. 1).
+
+    sum_k [ log p(t_k | t_1..t_{k-1}; Θ_x, →Θ_LSTM, Θ_s) + log p(t_k | t_{k+1}..t_N; Θ_x, ←Θ_LSTM, Θ_s) ]
+
+Legend: B batch, T tokens, T2 = T + 2 with <S> and </S>, P projection, V vocabulary, S negative
+samples, N target positions per direction (= sum over rows of n_b + 1).
+
+    char ids (B, T, C) -> BiLM (bilm.py, the inference model)  top layer (B, T2, 2P) = [fwd; bwd]
+      forward  LM: fwd top at position k (k = 0..n)   predicts token k+1  (w_1 .. w_n, </S>)
+      backward LM: bwd top at position k (k = 1..n+1) predicts token k-1  (<S>, w_1 .. w_n)
+      -> one softmax (V, P) + bias (V) shared by both directions, as is the token encoder
+
+Reference: bilm-tf ``bilm/training.py`` (``LanguageModel._build_loss``), whose choices we keep:
+the loss is the mean negative log-likelihood per target over both directions (bilm-tf:
+``0.5 * (mean_fwd + mean_bwd)``, equal because both directions have N targets); dropout on the
+top LSTM output before the softmax (the biLM drops every LSTM input itself); the initialisers of
+``_build_word_char_embeddings`` / ``_build_loss`` (see :func:`init_like_bilm_tf`); training with
+TensorFlow's ``sampled_softmax_loss`` (log-uniform candidates, unique, accidental hits removed)
+for large vocabularies, evaluation always with the full softmax.
+
+Deliberate deviations: one set of S negatives per step shared by both directions (bilm-tf draws
+one per direction); whole sentences from a zero state instead of 20-token windows that carry the
+state (so training matches elmokit's stateless inference).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from elmokit.bilm import BiLM, BiLMConfig
+from elmokit.io import atomic_path
+
+LM_WEIGHTS_NAME = "lm.safetensors"  # softmax weights, beside the inference model's model.safetensors
+LM_INFO_NAME = "lm.json"
+VOCAB_NAME = "vocab.txt"
+
+
+# ---- the biLM, with a token encoder that runs once per distinct word of the batch ------------
+
+
+class TrainableBiLM(BiLM):
+    """``BiLM`` whose token encoder runs once per *distinct* token of the batch.
+
+    The encoder is a pure function of the 50 char ids, and every matrix product in it is
+    batch-invariant (``nn/functional.py``), so the forward values are exactly those of ``BiLM``;
+    the gradient is the same sum, accumulated through the gather. Saves ~40% of the encoder on
+    English text. Same parameters and names as ``BiLM``.
+    """
+
+    def token_vectors(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        flat_ids = char_ids[mask]  # (N, C)
+        unique, inverse = torch.unique(flat_ids, dim=0, return_inverse=True)  # (U, C), (N,)
+        vectors = self.token_encoder(unique)[inverse]  # (N, P)
+        out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
+        out[mask] = vectors
+        return out
+
+
+# ---- initialisation (bilm-tf) -------------------------------------------------------------
+
+
+@torch.no_grad()
+def init_like_bilm_tf(model: "LanguageModel", generator: torch.Generator) -> None:
+    """bilm-tf's initialisers, in a fixed order, from ``generator``:
+
+    char embedding U(-1, 1) (the padding row stays 0); CNN U(-0.05, 0.05) for relu (Kim et al.),
+    N(0, 1/(w E)) for tanh, bias 0; highway W_carry and W_transform N(0, 1/F), b_carry -2 (mostly
+    carry at the start), b_transform 0; token projection N(0, 1/F), bias 0; LSTM kernels Glorot
+    uniform over TF's combined [input; hidden] x 4D kernel, projection Glorot uniform, bias 0;
+    softmax N(0, 1/P), bias 0.
+    """
+    g = generator
+    encoder, config = model.bilm.token_encoder, model.bilm.config
+    encoder.char_embedding.weight.uniform_(-1.0, 1.0, generator=g)
+    encoder.char_embedding.weight[0] = 0.0
+    for conv in encoder.convs:
+        _, dim, width = conv.weight.shape
+        if config.activation == "relu":
+            conv.weight.uniform_(-0.05, 0.05, generator=g)
+        else:
+            conv.weight.normal_(0.0, math.sqrt(1.0 / (width * dim)), generator=g)
+        conv.bias.zero_()
+    width = config.n_filters
+    for carry, transform in zip(encoder.highway.carry, encoder.highway.transform):
+        carry.weight.normal_(0.0, math.sqrt(1.0 / width), generator=g)
+        carry.bias.fill_(-2.0)
+        transform.weight.normal_(0.0, math.sqrt(1.0 / width), generator=g)
+        transform.bias.zero_()
+    if encoder.projection is not None:
+        encoder.projection.weight.normal_(0.0, math.sqrt(1.0 / width), generator=g)
+        encoder.projection.bias.zero_()
+    for stack in (model.bilm.forward_lstm, model.bilm.backward_lstm):
+        for cell in stack:
+            four_d, n_in = cell.input_linear.weight.shape
+            n_hidden = cell.hidden_linear.weight.shape[1]
+            limit = math.sqrt(6.0 / (n_in + n_hidden + four_d))  # Glorot on the (I + P, 4D) kernel
+            cell.input_linear.weight.uniform_(-limit, limit, generator=g)
+            cell.hidden_linear.weight.uniform_(-limit, limit, generator=g)
+            cell.input_linear.bias.zero_()
+            p, d = cell.projection.weight.shape
+            limit = math.sqrt(6.0 / (p + d))
+            cell.projection.weight.uniform_(-limit, limit, generator=g)
+    model.softmax_weight.normal_(0.0, 1.0 / math.sqrt(model.softmax_weight.shape[1]), generator=g)
+    model.softmax_bias.zero_()
+
+
+# ---- candidate sampling (TensorFlow's log_uniform_candidate_sampler, unique=True) -----------
+
+
+def log_uniform_probabilities(vocab_size: int) -> np.ndarray:
+    """P(k) = (log(k + 2) - log(k + 1)) / log(V + 1), k = 0..V-1 (Zipfian over a frequency-sorted
+    vocabulary); float64, sums to 1."""
+    k = np.arange(vocab_size, dtype=np.float64)
+    return (np.log(k + 2.0) - np.log(k + 1.0)) / np.log(vocab_size + 1.0)
+
+
+def sample_log_uniform(vocab_size: int, num_samples: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """``num_samples`` distinct ids drawn from the log-uniform distribution by drawing with
+    replacement until that many distinct ids have appeared (TF's ``unique=True``).
+
+    Returns the ids in order of first appearance and the number of draws it took.
+    """
+    if not 0 < num_samples <= vocab_size:
+        raise ValueError(f"cannot draw {num_samples} distinct ids from a vocabulary of {vocab_size}")
+    log_range = math.log(vocab_size + 1.0)
+    seen = np.zeros(vocab_size, dtype=bool)
+    found: list[np.ndarray] = []
+    n_found, tries = 0, 0
+    chunk = max(num_samples, 1024)
+    while True:
+        draws = (np.exp(rng.random(chunk) * log_range)).astype(np.int64) - 1  # TF: int(exp(u log(V+1))) - 1
+        np.clip(draws, 0, vocab_size - 1, out=draws)
+        values, first = np.unique(draws, return_index=True)
+        order = np.argsort(first, kind="stable")
+        values, first = values[order], first[order]
+        new = ~seen[values]
+        values, first = values[new], first[new]
+        need = num_samples - n_found
+        if len(values) >= need:
+            found.append(values[:need])
+            tries += int(first[need - 1]) + 1
+            return np.concatenate(found), tries
+        found.append(values)
+        seen[values] = True
+        n_found += len(values)
+        tries += chunk
+
+
+def log_expected_count(probabilities: np.ndarray, num_tries: int) -> np.ndarray:
+    """log of the expected count of each id in a unique sample that took ``num_tries`` draws:
+    ``log(1 - (1 - p)^num_tries)`` (TF's ``-expm1(num_tries * log1p(-p))``); float64."""
+    return np.log(-np.expm1(num_tries * np.log1p(-probabilities)))
+
+
+@dataclass
+class Candidates:
+    """One step's shared negatives: ids (S,) and the log expected counts of every id (V,)."""
+
+    ids: torch.Tensor
+    log_q: torch.Tensor  # (V,) float32: log expected count of each vocabulary id
+
+    @classmethod
+    def draw(cls, vocab_size: int, num_samples: int, *, seed: int, step: int, device="cpu") -> "Candidates":
+        """Deterministic in (seed, step): every rank of a data-parallel run draws the same set."""
+        num_samples = min(num_samples, vocab_size)
+        rng = np.random.Generator(np.random.PCG64([seed, step, 0x5A3D]))
+        ids, tries = sample_log_uniform(vocab_size, num_samples, rng)
+        log_q = log_expected_count(log_uniform_probabilities(vocab_size), tries)
+        return cls(torch.from_numpy(ids).to(device), torch.from_numpy(log_q.astype(np.float32)).to(device))
+
+
+# ---- the two softmax losses -----------------------------------------------------------------
+
+
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """bf16 activations (autocast) are normalised in float32; float64 stays float64."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+# Rows per chunk: keep a chunk of logits (rows x classes x 4 bytes) near 8 MB, inside the cache.
+CHUNK_BYTES = 8 << 20
+
+
+class _LogSumExpOverClasses(torch.autograd.Function):
+    """lse_m = log(exp(true_m) + sum_s exp(h_m . W_s + b_s)), with (row, class) "hits" left out.
+
+    hidden (M, P), weight (S, P), bias (S,), true (M,), hit_rows / hit_cols (K,) -> lse (M,).
+    Row chunks of the (M, S) logits are made, reduced and dropped, and remade in backward: one
+    extra matrix product instead of keeping M x S floats, and every elementwise pass runs in
+    cache (on a 2-core CPU the sampled softmax went from ~6 passes over memory to none).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, true, hit_rows, hit_cols):
+        rows = hidden.shape[0]
+        chunk = max(1, CHUNK_BYTES // (4 * max(weight.shape[0], 1)))
+        lse = true.new_empty(rows)
+        for start in range(0, rows, chunk):
+            logits = _LogSumExpOverClasses._logits(hidden, weight, bias, hit_rows, hit_cols, start, chunk)
+            t = true[start : start + chunk]
+            top = torch.maximum(logits.amax(dim=1), t)  # (m,)
+            total = logits.sub_(top.unsqueeze(1)).exp_().sum(dim=1) + (t - top).exp()
+            lse[start : start + chunk] = top + total.log()
+        ctx.save_for_backward(hidden, weight, bias, true, lse, hit_rows, hit_cols)
+        ctx.chunk = chunk
+        return lse
+
+    @staticmethod
+    def _logits(hidden, weight, bias, hit_rows, hit_cols, start, chunk):
+        logits = torch.addmm(bias, hidden[start : start + chunk], weight.t())  # (m, S)
+        inside = (hit_rows >= start) & (hit_rows < start + chunk)
+        logits[hit_rows[inside] - start, hit_cols[inside]] = float("-inf")
+        return logits
+
+    @staticmethod
+    def backward(ctx, grad_lse):
+        hidden, weight, bias, true, lse, hit_rows, hit_cols = ctx.saved_tensors
+        grad_hidden = torch.zeros_like(hidden)
+        grad_weight = torch.zeros_like(weight)
+        grad_bias = torch.zeros_like(bias)
+        for start in range(0, hidden.shape[0], ctx.chunk):
+            logits = _LogSumExpOverClasses._logits(hidden, weight, bias, hit_rows, hit_cols, start, ctx.chunk)
+            g = grad_lse[start : start + ctx.chunk]
+            probs = logits.sub_(lse[start : start + ctx.chunk].unsqueeze(1)).exp_().mul_(g.unsqueeze(1))  # (m, S)
+            grad_hidden[start : start + ctx.chunk] = probs @ weight
+            grad_weight.addmm_(probs.t(), hidden[start : start + ctx.chunk])
+            grad_bias += probs.sum(dim=0)
+        grad_true = grad_lse * (true - lse).exp()
+        return grad_hidden, grad_weight, grad_bias, grad_true, None, None
+
+
+def _nll_over(hidden, targets, weight, bias, class_ids, correction):
+    """-log of the target's share: the target's logit against the listed classes' logits (each
+    minus ``correction`` of its id), a class equal to the row's target left out."""
+    hidden = _at_least_float32(hidden)
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        w_t, b_t = weight[targets].to(hidden.dtype), bias[targets].to(hidden.dtype)
+        true = (hidden * w_t).sum(-1) + b_t  # (M,)
+        if correction is not None:
+            true = true - correction[targets].to(hidden.dtype)
+        if class_ids is None:  # every class: the full softmax
+            w_c, b_c = weight.to(hidden.dtype), bias.to(hidden.dtype)
+            hit_rows, hit_cols = torch.arange(len(targets), device=targets.device), targets
+        else:
+            w_c, b_c = weight[class_ids].to(hidden.dtype), bias[class_ids].to(hidden.dtype)
+            if correction is not None:
+                b_c = b_c - correction[class_ids].to(hidden.dtype)
+            column = torch.full((weight.shape[0],), -1, dtype=torch.long, device=targets.device)
+            column[class_ids] = torch.arange(len(class_ids), device=targets.device)
+            hit_cols = column[targets]
+            hit_rows = torch.nonzero(hit_cols >= 0).squeeze(1)
+            hit_cols = hit_cols[hit_rows]
+        return _LogSumExpOverClasses.apply(hidden, w_c, b_c, true, hit_rows, hit_cols) - true
+
+
+def full_softmax_nll(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """-log softmax(h W^T + b)[target]: hidden (M, P), targets (M,), weight (V, P), bias (V,) -> (M,)."""
+    return _nll_over(hidden, targets, weight, bias, None, None)
+
+
+def sampled_softmax_nll(
+    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, candidates: Candidates
+) -> torch.Tensor:
+    """TensorFlow's ``sampled_softmax_loss`` (Jean et al. 2015): hidden (M, P), targets (M,) -> (M,).
+
+    logits of the true class and of the S shared candidates, each minus the log of its expected
+    count (so the sampled sum estimates the full partition function); a candidate equal to the
+    row's target is removed (an accidental hit); then -log softmax of the true logit.
+    """
+    return _nll_over(hidden, targets, weight, bias, candidates.ids, candidates.log_q)
+
+
+# ---- the language model ---------------------------------------------------------------------
+
+
+@dataclass
+class LMOutput:
+    """Summed negative log-likelihoods (nats) and the number of targets per direction."""
+
+    forward_nll: torch.Tensor  # scalar
+    backward_nll: torch.Tensor  # scalar
+    num_targets: int  # N, the same for both directions
+
+    @property
+    def loss(self) -> torch.Tensor:
+        """Mean NLL per target over both directions (bilm-tf's ``0.5 * (mean_f + mean_b)``)."""
+        return (self.forward_nll + self.backward_nll) / (2 * max(self.num_targets, 1))
+
+
+class LanguageModel(nn.Module):
+    """biLM + the shared softmax. ``forward(char_ids (B, T, C), word_ids (B, T))`` -> LMOutput.
+
+    ``word_ids`` are vocabulary ids of the tokens (any value at padding); the boundary ids
+    ``bos_id``/``eos_id`` are added here. With ``candidates`` the training loss is the sampled
+    softmax; without, the full softmax.
+    """
+
+    def __init__(self, config: BiLMConfig, vocab_size: int, *, bos_id: int = 0, eos_id: int = 1) -> None:
+        super().__init__()
+        self.bilm = TrainableBiLM(config)
+        P = config.projection_dim
+        self.softmax_weight = nn.Parameter(torch.zeros(vocab_size, P))  # (V, P)
+        self.softmax_bias = nn.Parameter(torch.zeros(vocab_size))  # (V,)
+        self.bos_id, self.eos_id = bos_id, eos_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.softmax_weight.shape[0]
+
+    def target_hidden(self, char_ids: torch.Tensor, word_ids: torch.Tensor):
+        """Top-layer vectors and their targets: (fwd (N, P), bwd (N, P), fwd targets (N,), bwd targets (N,))."""
+        P = self.bilm.config.projection_dim
+        output = self.bilm(char_ids)  # layers (L+1, B, T2, 2P), mask (B, T2)
+        top, mask = output.layers[-1], output.mask
+        batch_size, t2 = mask.shape
+        lengths = mask.sum(dim=1)  # n_b + 2
+        ids = word_ids.new_zeros(batch_size, t2)  # (B, T2): <S> w_1 .. w_n </S> 0 ..
+        ids[:, 1 : t2 - 1] = word_ids
+        ids[:, 0] = self.bos_id
+        ids[torch.arange(batch_size, device=ids.device), lengths - 1] = self.eos_id
+        valid = mask[:, 1:]  # (B, T2 - 1): target position k + 1 exists
+        fwd = top[:, :-1, :P][valid]  # position k predicts k + 1
+        bwd = top[:, 1:, P:][valid]  # position k + 1 predicts k
+        return fwd, bwd, ids[:, 1:][valid], ids[:, :-1][valid]
+
+    def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor, *, candidates: Candidates | None = None) -> LMOutput:
+        fwd, bwd, fwd_targets, bwd_targets = self.target_hidden(char_ids, word_ids)
+        dropout = self.bilm.config.dropout
+        if self.training and dropout > 0.0:  # bilm-tf drops the LSTM output before the softmax
+            fwd, bwd = F.dropout(fwd, dropout, training=True), F.dropout(bwd, dropout, training=True)
+        n = fwd.shape[0]
+        hidden = torch.cat([fwd, bwd])  # (2N, P)
+        targets = torch.cat([fwd_targets, bwd_targets])  # (2N,)
+        if candidates is None:
+            nll = full_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias)
+        else:
+            nll = sampled_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias, candidates)
+        return LMOutput(nll[:n].sum(), nll[n:].sum(), n)
+
+    # ---- files ---------------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike, vocabulary, *, info: dict | None = None, model_card: str | None = None) -> Path:
+        """The native model folder (loadable by ``BiLM.from_pretrained``) plus the LM head:
+        ``lm.safetensors`` (softmax), ``vocab.txt``, ``lm.json`` (vocabulary size, tokenizer...)."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        bilm_state = {k: v.detach().cpu().numpy() for k, v in self.bilm.state_dict().items()}
+        from elmokit.formats.native import write_native
+
+        write_native(directory, self.bilm.config, bilm_state, model_card=model_card)
+        with atomic_path(directory / LM_WEIGHTS_NAME) as tmp:
+            save_file(
+                {"lm.softmax.weight": self.softmax_weight.detach().cpu().contiguous(),
+                 "lm.softmax.bias": self.softmax_bias.detach().cpu().contiguous()},
+                tmp, metadata={"format": "elmokit-lm-head"},
+            )
+        vocabulary.save(directory / VOCAB_NAME)
+        data = {"format_version": 1, "vocab_size": self.vocab_size, "vocab_file": VOCAB_NAME, **(info or {})}
+        with atomic_path(directory / LM_INFO_NAME) as tmp:
+            Path(tmp).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike):
+        """(LanguageModel in eval mode, Vocabulary, lm.json dict) from a folder written by ``save``."""
+        from safetensors.torch import load_file
+
+        from elmokit.formats import ModelFolderError, resolve_model_path
+        from elmokit.formats.native import read_native
+        from elmokit.training.vocab import Vocabulary
+
+        directory = resolve_model_path(directory)
+        for name in (LM_WEIGHTS_NAME, VOCAB_NAME):
+            if not (directory / name).exists():
+                raise ModelFolderError(
+                    f"{directory}: no {name}; language-model evaluation needs a folder written by "
+                    "`elmokit train` (the original hdf5 format carries no softmax)"
+                )
+        config, state = read_native(directory)
+        vocabulary = Vocabulary.load(directory / VOCAB_NAME)
+        head = load_file(str(directory / LM_WEIGHTS_NAME))
+        info_path = directory / LM_INFO_NAME
+        info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
+        model = cls(config, len(vocabulary), bos_id=vocabulary.bos, eos_id=vocabulary.eos)
+        weight = head["lm.softmax.weight"]
+        if tuple(weight.shape) != (len(vocabulary), config.projection_dim):
+            raise ModelFolderError(
+                f"{directory / LM_WEIGHTS_NAME}: lm.softmax.weight is {tuple(weight.shape)}, expected "
+                f"({len(vocabulary)}, {config.projection_dim}) from {VOCAB_NAME} and config.json"
+            )
+        model.bilm.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+        model.softmax_weight.data.copy_(weight)
+        model.softmax_bias.data.copy_(head["lm.softmax.bias"])
+        return model.eval(), vocabulary, info
