@@ -1,7 +1,6 @@
-"""Data parallelism: 2 CPU processes (gloo on 127.0.0.1) train exactly like one process on the
+"""Data parallelism: 2 CPU processes (gloo on the loopback interface) train exactly like one process on the
 same global batch - same losses and weights after a few steps, up to float summation order."""
 
-import socket
 import time
 
 import numpy as np
@@ -14,12 +13,6 @@ from elmokit.training.trainer import read_metrics
 from train_helpers import ddp_worker, run_tiny, tiny_vocab
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_match_one_process_on_the_same_global_batch(tmp_path, monkeypatch):
     """Sampled softmax (both ranks must draw the same negatives), 4 steps of 6 sentences = 3 per
     rank. Dropout off: its masks are drawn per rank and cannot match one process's."""
@@ -30,7 +23,9 @@ def test_two_processes_match_one_process_on_the_same_global_batch(tmp_path, monk
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     single = run_tiny(tmp_path / "single", model=model, **changes)
 
-    init_method = f"tcp://127.0.0.1:{free_port()}"
+    # A file rendezvous: no port to pick and lose to another process (gloo's own connections use
+    # ports the OS assigns on the loopback interface).
+    init_method = f"file://{tmp_path / 'rendezvous'}"
     context = mp.start_processes(ddp_worker, args=(2, init_method, str(tmp_path / "ddp"), model.to_dict(), changes),
                                  nprocs=2, join=False, start_method="spawn")
     deadline = time.monotonic() + 180

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmokit.configs import config_from_dict
 from elmokit.nn.char_encoder import CharCNNEncoder
 from elmokit.nn.lstm import ProjectedLSTM, reverse_padded
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS
@@ -106,23 +107,7 @@ class BiLMConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BiLMConfig":
-        data = dict(data)
-        version = data.pop("format_version", None)
-        if version is None:
-            raise ValueError("config has no format_version; is this an elmokit config.json?")
-        if version > cls.FORMAT_VERSION:
-            raise ValueError(
-                f"config format_version {version} is newer than this elmokit understands "
-                f"({cls.FORMAT_VERSION}); upgrade elmokit"
-            )
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"config has unknown fields {unknown}")
-        for field in dataclasses.fields(cls):
-            if field.name not in data:
-                logger.info("config field %r missing; using the default %r", field.name, field.default)
-        return cls(**data)
+        return config_from_dict(cls, data, "config")
 
 
 # Named architectures. `original` is elmo_2x4096_512_2048cnn_2xhighway; `allennlp_small` and

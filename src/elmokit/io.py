@@ -23,8 +23,8 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
     umask = os.umask(0)
     os.umask(umask)
     try:
-        os.chmod(tmp, 0o666 & ~umask)
         yield tmp
+        os.chmod(tmp, 0o666 & ~umask)  # after the writer: it may have replaced the temporary file
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

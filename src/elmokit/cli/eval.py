@@ -84,7 +84,8 @@ def _clean(value):
 
 def run_similarity(args: argparse.Namespace) -> int:
     from elmokit.evaluation.word_similarity import DatasetError, evaluate, format_table
-    from elmokit.formats.word2vec import VectorFileError, atomic_write
+    from elmokit.formats.word2vec import VectorFileError
+    from elmokit.io import atomic_path
 
     if not args.vectors and not args.model:
         print("elmokit eval similarity: error: give --vectors DIR|FILE or --model MODEL", file=sys.stderr)
@@ -113,6 +114,6 @@ def run_similarity(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         payload = results[0] if len(results) == 1 else {"results": results}
-        with atomic_write(out) as tmp:
+        with atomic_path(out) as tmp:
             Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0

@@ -15,35 +15,17 @@ file untouched.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from elmokit.io import atomic_path
 
 
 class VectorFileError(ValueError):
     """A vector file does not follow the format; the message names the file, the line and the fix."""
-
-
-@contextlib.contextmanager
-def atomic_write(target: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path beside ``target``; rename it over ``target`` only on success."""
-    target = Path(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; writers may also have replaced it
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
-        raise
 
 
 def _check_words(words: Sequence[str], vectors: np.ndarray) -> None:
@@ -74,7 +56,7 @@ def write_word2vec(
     if binary and not header:
         raise ValueError("the binary word2vec format needs its header line (it gives the dimension)")
     n, dim = vectors.shape
-    with atomic_write(path) as tmp:
+    with atomic_path(path) as tmp:
         if binary:
             little = vectors.astype("<f4", copy=False)
             with open(tmp, "wb") as out:

@@ -50,7 +50,7 @@ from typing import Iterator
 
 import numpy as np
 
-from elmokit.formats.word2vec import atomic_write
+from elmokit.io import atomic_path
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Corpus
 
@@ -202,7 +202,7 @@ def _train_gensim(c: StaticTrainConfig, corpus: Corpus, folder: Path) -> tuple[S
     if c.algo == "doc2vec":
         from safetensors.numpy import save_file
 
-        with atomic_write(folder / "docvecs.safetensors") as tmp:
+        with atomic_path(folder / "docvecs.safetensors") as tmp:
             save_file({"docvecs": np.asarray(model.dv.vectors, dtype=np.float32)}, tmp)
         info["docvecs"] = {"file": "docvecs.safetensors", "n_docs": len(model.dv),
                            "tags": "position of the non-empty line in the corpus stream, from 0"}
@@ -237,7 +237,7 @@ def _train_glove(c: StaticTrainConfig, corpus: Corpus, folder: Path, progress: b
     cfg = GloveConfig(dim=c.dim, x_max=c.x_max, alpha=c.weight_alpha, lr=c.alpha, epochs=c.epochs,
                       batch_size=c.batch_size, seed=c.seed)
     model, losses = train_glove(matrix, cfg, progress=progress)
-    with atomic_write(folder / "glove.safetensors") as tmp:
+    with atomic_path(folder / "glove.safetensors") as tmp:
         save_file({"W": model.W.numpy(), "W_tilde": model.C.numpy(), "b": model.bw.numpy(),
                    "b_tilde": model.bc.numpy()}, tmp)
     info["epoch_costs"] = [round(x, 6) for x in losses]
@@ -255,7 +255,7 @@ def _train_lsa(c: StaticTrainConfig, corpus: Corpus, folder: Path):
     t0 = time.time()
     vectors, S, U = lsa_vectors(matrix, cfg)
     info["svd_seconds"] = round(time.time() - t0, 1)
-    with atomic_write(folder / "lsa.safetensors") as tmp:
+    with atomic_path(folder / "lsa.safetensors") as tmp:
         save_file({"U": U.astype(np.float32), "S": S.astype(np.float32)}, tmp)
     return StaticVectors(words, vectors, name=c.name, lowercase=corpus.tokenizer.lowercase), info
 
@@ -313,7 +313,7 @@ def train_static(
             "versions": _versions(),
             "details": info,
         }
-        with atomic_write(partial / "run.json") as tmp:
+        with atomic_path(partial / "run.json") as tmp:
             Path(tmp).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

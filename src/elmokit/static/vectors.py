@@ -27,7 +27,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from elmokit.formats.word2vec import atomic_write, read_word2vec, write_word2vec
+from elmokit.formats.word2vec import read_word2vec, write_word2vec
+from elmokit.io import atomic_path
 from elmokit.static.subwords import SubwordTable
 
 FORMAT_VERSION = 1
@@ -178,11 +179,11 @@ class StaticVectors:
         if self.subwords is not None:
             from safetensors.numpy import save_file
 
-            with atomic_write(folder / SUBWORDS_NAME) as tmp:
+            with atomic_path(folder / SUBWORDS_NAME) as tmp:
                 save_file({"bucket_ids": self.subwords.bucket_ids.astype(np.int64),
                            "vectors": self.subwords.vectors.astype(np.float32)}, tmp)
             meta["subwords"] = self.subwords.metadata() | {"file": SUBWORDS_NAME}
-        with atomic_write(folder / META_NAME) as tmp:
+        with atomic_path(folder / META_NAME) as tmp:
             Path(tmp).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return folder
 

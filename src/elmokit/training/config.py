@@ -18,6 +18,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from elmokit.configs import config_from_dict
+
 logger = logging.getLogger(__name__)
 
 # Fields that may differ when a run is resumed (they do not change what is computed per step).
@@ -92,15 +94,4 @@ class TrainingConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainingConfig":
-        data = dict(data)
-        version = data.pop("format_version", None)
-        if version is None or version > cls.FORMAT_VERSION:
-            raise ValueError(f"training config format_version {version!r} is not one this elmokit reads")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"training config has unknown fields {unknown}")
-        for field in dataclasses.fields(cls):
-            if field.name not in data:
-                logger.info("training config field %r missing; using the default", field.name)
-        return cls(**data)
+        return config_from_dict(cls, data, "training config")

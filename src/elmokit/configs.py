@@ -1,0 +1,37 @@
+"""Loading saved configs: one place that checks versions and fills defaults (DESIGN.md rule 5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+ConfigT = TypeVar("ConfigT")
+
+
+def config_from_dict(cls: type[ConfigT], data: dict[str, Any], what: str = "config") -> ConfigT:
+    """Build the frozen dataclass ``cls`` from saved JSON.
+
+    ``data`` must carry a ``format_version`` no newer than ``cls.FORMAT_VERSION``; fields an older
+    version lacked take their defaults (each one logged); unknown fields are an error, since a
+    field never changes meaning.
+    """
+    data = dict(data)
+    version = data.pop("format_version", None)
+    if version is None:
+        raise ValueError(f"{what} has no format_version; is this an elmokit {what}?")
+    if version > cls.FORMAT_VERSION:  # type: ignore[attr-defined]
+        raise ValueError(
+            f"{what} format_version {version} is newer than this elmokit understands "
+            f"({cls.FORMAT_VERSION}); upgrade elmokit"  # type: ignore[attr-defined]
+        )
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    unknown = sorted(set(data) - {f.name for f in fields})
+    if unknown:
+        raise ValueError(f"{what} has unknown fields {unknown}")
+    for field in fields:
+        if field.name not in data:
+            logger.info("%s field %r missing (format_version %s); using the default %r", what, field.name, version, field.default)
+    return cls(**data)
