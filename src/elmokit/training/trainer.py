@@ -209,6 +209,7 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
     sampled = training.uses_sampled_softmax(len(vocabulary))
     checkpoints = run_dir / "checkpoints"
     exists = (run_dir / "training.json").exists()
+    context.barrier()  # every rank has looked before rank 0 writes the run folder
     if exists and not resume:
         raise RunError(f"{run_dir}: already holds a run; pass --resume to continue it, or choose another --out")
     if exists:
