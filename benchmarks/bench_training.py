@@ -106,6 +106,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per step (default 64)")
     parser.add_argument("--length", type=int, default=20, help="tokens per sentence (default 20)")
     parser.add_argument("--steps", type=int, default=6, help="measured steps after one warm-up (default 6)")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast of the forward pass (as `elmokit train --bf16`)")
     parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args()
 
@@ -138,7 +139,8 @@ def main() -> int:
         word_ids = torch.tensor([[vocabulary[t] for t in s] for s in batch])
         candidates = Candidates.draw(args.vocab_size, args.negatives, seed=0, step=step) if args.negatives else None
         optimizer.zero_grad(set_to_none=True)
-        out = model(char_ids, word_ids, candidates=candidates)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            out = model(char_ids, word_ids, candidates=candidates)
         (out.loss * 20.0).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
@@ -163,6 +165,7 @@ def main() -> int:
         "config": config.to_dict(),
         "vocab_size": args.vocab_size,
         "softmax": f"sampled-{args.negatives}" if args.negatives else "full",
+        "bf16_autocast": args.bf16,
         "batch": f"{args.batch_size} x {args.length} tokens",
         "parameters_bilm": sum(p.numel() for p in model.bilm.parameters()),
         "parameters_softmax": model.softmax_weight.numel() + model.softmax_bias.numel(),
