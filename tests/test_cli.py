@@ -7,9 +7,12 @@ from elmokit.cli.main import build_parser, main
 
 
 def test_demo_shows_context_independent_layer_zero(capsys):
+    from elmokit import BiLM
+
+    shipped = BiLM.from_pretrained("default")
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "model: elmo:default   layers: 3   dim: 32" in out
+    assert f"model: elmo:default   layers: {shipped.num_layers}   dim: {shipped.output_dim}" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("play ", "bank "))]
     assert len(rows) == 2
     for row in rows:

@@ -19,8 +19,12 @@ def test_python_examples_run(index, capsys):
 
 
 def test_first_python_example_prints_the_shapes(capsys):
+    from elmokit import BiLM
+
     exec(code_blocks("python")[0], {})
-    assert capsys.readouterr().out.strip() == "[(3, 4, 32), (3, 2, 32)]"
+    shipped = BiLM.from_pretrained("default")  # the shipped default model decides layers and dim
+    layers, dim = shipped.num_layers, shipped.output_dim
+    assert capsys.readouterr().out.strip() == f"[({layers}, 4, {dim}), ({layers}, 2, {dim})]"
 
 
 def test_ci_runs_the_readme_test_command():

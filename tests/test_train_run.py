@@ -173,3 +173,12 @@ def test_epochs_stop_at_the_end_of_the_corpus(tmp_path):
     result = run_tiny(tmp_path / "run", max_steps=None, epochs=2, batch_size=10)
     assert result.step == 10  # 48 sentences: 5 batches per epoch (the last one of 8)
     assert result.tokens == 2 * 370
+
+
+def test_bf16_autocast_trains(tmp_path):
+    """The optional bf16 mode runs on the CPU and still learns (loss stays finite and falls)."""
+    result = run_tiny(tmp_path / "run", max_steps=20, bf16=True, checkpoint_every=100)
+    losses = [e["loss"] for e in result.history if "loss" in e]
+    assert all(np.isfinite(losses)) and np.mean(losses[-5:]) < np.mean(losses[:5])
+    lm, _, _ = LanguageModel.load(result.model_dir)
+    assert lm.softmax_weight.dtype == torch.float32, "weights stay float32"

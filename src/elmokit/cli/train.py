@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -165,8 +166,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model_config, training, corpus, vocab = resolve(args)
-    print("model config:", json.dumps(model_config.to_dict()), file=sys.stderr)
-    print("training config:", json.dumps(training.to_dict()), file=sys.stderr)
+    if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
+        print("model config:", json.dumps(model_config.to_dict()), file=sys.stderr)
+        print("training config:", json.dumps(training.to_dict()), file=sys.stderr)
     command = "elmokit " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["train"] else None
     result = train(args.out, corpus=corpus, vocab=vocab, model_config=model_config, training=training,
                    resume=args.resume, command=command, device=args.device)

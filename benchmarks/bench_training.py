@@ -1,0 +1,190 @@
+"""Training speed: tokens/s of full training steps, the FLOP/s they imply, and the machine's GEMM rate.
+
+    python benchmarks/bench_training.py                       # small preset, 2 threads
+    python benchmarks/bench_training.py --preset small --set lstm_dim=512 --negatives 4096 --threads 1
+
+A step is what `elmokit train` does: char ids -> biLM (forward + backward LM) -> sampled (or
+full) softmax -> backward -> clip -> Adagrad. Sentences are 20-token pieces of the gutenberg_en
+test text (bilm-tf trains on 20-token windows) or, without ../shared, a synthetic Zipfian text;
+batches of 64. One warm-up step, then the median of the measured steps.
+
+FLOPs are counted analytically per position (1 multiply-add = 2 FLOP), training = 3 x forward:
+char CNN sum_i 2 (50 - w_i + 1) w_i E n_i; highway 2 x 2F^2 per layer; projection 2FP; per LSTM
+layer and direction 2 P 4D (input) + 2 P 4D (recurrent) + 2 D P (projection); softmax 2 P (S + 1)
+per target and direction (S = V for the full softmax). The token encoder runs on <S> + tokens +
+</S> positions, the softmax on tokens + 1 targets per direction; padding is not counted (it is
+computed only in the LSTMs). The trainer runs the encoder once per distinct token of a batch,
+so the FLOPs it actually does are fewer than counted: "model FLOP/s" is the usual convention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
+
+
+def cpu_busy_seconds() -> float:
+    """All CPUs' non-idle time so far (from /proc/stat), to see what other processes used."""
+    with open("/proc/stat") as handle:
+        fields = [float(x) for x in handle.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def matmul_gflops(threads: int, n: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / min(times) / 1e9
+
+
+def flops_per_step(config, sentences, negatives: int | None, vocab_size: int) -> dict:
+    E, F, P, D, L = config.char_embedding_dim, config.n_filters, config.projection_dim, config.lstm_dim, config.n_layers
+    cnn = sum(2 * (50 - w + 1) * w * E * n for w, n in config.filters)
+    highway = config.n_highway * 2 * 2 * F * F
+    projection = 2 * F * P if config.token_projection else 0
+    lstm = 2 * P * 4 * D * 2 + 2 * D * P
+    classes = (negatives + 1) if negatives else vocab_size
+    positions = sum(len(s) + 2 for s in sentences)
+    targets = sum(len(s) + 1 for s in sentences)
+    forward = {
+        "token_encoder": positions * (cnn + highway + projection),
+        "bilstm": positions * 2 * L * lstm,
+        "softmax": 2 * targets * 2 * P * classes,
+    }
+    return {"forward": forward, "training": 3 * sum(forward.values())}
+
+
+def sentences_for_benchmark(n: int, length: int) -> list[list[str]]:
+    from elmokit.text.corpus import Corpus, Tokenizer
+
+    test = SHARED / "data" / "gutenberg_en" / "test.txt.xz"
+    if test.exists():
+        tokens: list[str] = []
+        for line in Corpus(str(test), tokenizer=Tokenizer(kind="regex")):
+            tokens += line
+            if len(tokens) >= n * length:
+                break
+        return [tokens[i : i + length] for i in range(0, n * length, length)]
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(20000)]
+    ranks = np.minimum(rng.zipf(1.2, n * length), len(words)) - 1
+    return [[words[r] for r in ranks[i : i + length]] for i in range(0, n * length, length)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="small", help="architecture (default small)")
+    parser.add_argument("--set", action="append", default=[], help="override a model field, e.g. lstm_dim=512")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--vocab-size", type=int, default=50000, help="softmax size (default 50000)")
+    parser.add_argument("--negatives", type=int, default=8192, help="sampled-softmax negatives; 0 = full softmax (default 8192)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per step (default 64)")
+    parser.add_argument("--length", type=int, default=20, help="tokens per sentence (default 20)")
+    parser.add_argument("--steps", type=int, default=6, help="measured steps after one warm-up (default 6)")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast of the forward pass (as `elmokit train --bf16`)")
+    parser.add_argument("--json", default=None, help="also write the result here")
+    args = parser.parse_args()
+
+    from elmokit.bilm import PRESETS
+    from elmokit.text.chars import batch_to_ids
+    from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
+
+    torch.set_num_threads(args.threads)
+    config = PRESETS[args.preset]
+    for item in args.set:
+        key, _, value = item.partition("=")
+        config = config.replace(**{key: json.loads(value)})
+    model = LanguageModel(config, args.vocab_size)
+    init_like_bilm_tf(model, torch.Generator().manual_seed(0))
+    model.train()
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0, eps=0.0)
+    sentences = sentences_for_benchmark(args.batch_size * (args.steps + 1), args.length)
+    vocabulary: dict[str, int] = {}
+    for s in sentences:
+        for t in s:
+            vocabulary.setdefault(t, 3 + len(vocabulary) % (args.vocab_size - 3))
+
+    gemm = matmul_gflops(args.threads)
+    times, flops, tokens = [], [], []
+    busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+    for step in range(args.steps + 1):
+        batch = sentences[step * args.batch_size : (step + 1) * args.batch_size]
+        start = time.perf_counter()
+        char_ids = batch_to_ids(batch)
+        word_ids = torch.tensor([[vocabulary[t] for t in s] for s in batch])
+        candidates = Candidates.draw(args.vocab_size, args.negatives, seed=0, step=step) if args.negatives else None
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            out = model(char_ids, word_ids, candidates=candidates)
+        (out.loss * 20.0).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        elapsed = time.perf_counter() - start
+        if step == 0:
+            busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+            continue
+        times.append(elapsed)
+        tokens.append(sum(len(s) for s in batch))
+        flops.append(flops_per_step(config, batch, args.negatives or None, args.vocab_size))
+    wall = time.perf_counter() - wall0
+    others = max(0.0, (cpu_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall
+    median = statistics.median(times)
+    tok_per_s = statistics.median(t / s for t, s in zip(tokens, times))
+    step_flops = statistics.median(f["training"] for f in flops)
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.processor() or 'cpu'}",
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
+        "config": config.to_dict(),
+        "vocab_size": args.vocab_size,
+        "softmax": f"sampled-{args.negatives}" if args.negatives else "full",
+        "bf16_autocast": args.bf16,
+        "batch": f"{args.batch_size} x {args.length} tokens",
+        "parameters_bilm": sum(p.numel() for p in model.bilm.parameters()),
+        "parameters_softmax": model.softmax_weight.numel() + model.softmax_bias.numel(),
+        "step_s_median": median,
+        "step_s_all": times,
+        "tokens_per_s": tok_per_s,
+        "training_mflop_per_token": step_flops / statistics.median(tokens) / 1e6,
+        "forward_mflop_per_token_by_part": {k: v / statistics.median(tokens) / 1e6 for k, v in flops[0]["forward"].items()},
+        "model_gflop_per_s": step_flops / median / 1e9,
+        "matmul_gflop_per_s": gemm,
+        "fraction_of_matmul_rate": step_flops / median / 1e9 / gemm,
+        "other_processes_cpus": others,
+    }
+    print(json.dumps(result, indent=1))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""PTB anchor: train a <= 5M-parameter char-CNN biLM on Penn Treebank and report test perplexity.
+
+    python benchmarks/ptb_lm.py --out runs/ptb --epochs 10 --eval-every-epoch
+    python benchmarks/ptb_lm.py --out runs/ptb --max-steps 3000 --chunk-steps 500   # CPU budget
+
+Anchor: Kim et al. 2016 ("Character-Aware Neural Language Models"), LSTM-Char-Small, 5M
+parameters: 92.3 test perplexity (forward LM, 25 epochs, state carried through the test stream).
+
+Differences that make our number *not* directly comparable (reported next to it):
+* the biLM is trained with both directions, one shared softmax and token encoder, and the
+  parameter count below includes both LSTM stacks and the softmax;
+* every sentence (line) starts from a zero state (elmokit's stateless setting), so the first
+  words of each sentence have no context; Kim et al. read the test set as one stream;
+* the forward perplexity counts every word and one </S> per line (like Mikolov's <eos>).
+
+The data is Mikolov's PTB (`../shared/data/ptb_mikolov`, LDC licence: evaluation only, never
+committed). Vocabulary: the 10k training types (incl. the literal `<unk>`), plus <S> </S> <UNK>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
+
+# Kim et al.'s small char CNN (25 x width filters, widths 1-6; char embedding 15; 1 highway),
+# a projected LSTM sized so that the whole biLM + softmax stays under 5M parameters.
+PTB_MODEL = dict(
+    char_embedding_dim=15,
+    filters=[[1, 25], [2, 50], [3, 75], [4, 100], [5, 125], [6, 150]],
+    n_highway=1,
+    lstm_dim=384,
+    projection_dim=150,
+    n_layers=2,
+    dropout=0.5,  # Kim et al. use 0.5 on PTB
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "runs" / "ptb"), help="run folder (default runs/ptb)")
+    parser.add_argument("--max-steps", type=int, default=None, help="total optimiser steps")
+    parser.add_argument("--epochs", type=int, default=None, help="or: passes over PTB train")
+    parser.add_argument("--chunk-steps", type=int, default=500, help="evaluate on valid every N steps (resuming exactly)")
+    parser.add_argument("--batch-size", type=int, default=20, help="sentences per batch (default 20)")
+    parser.add_argument("--lr", type=float, default=0.2, help="Adagrad learning rate (default 0.2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--valid-sentences", type=int, default=1000, help="valid sentences per evaluation (default 1000)")
+    parser.add_argument("--test-sentences", type=int, default=None, help="only the first N test sentences (a quick check; default all)")
+    args = parser.parse_args()
+    if (args.max_steps is None) == (args.epochs is None):
+        parser.error("give exactly one of --max-steps and --epochs")
+
+    from elmokit.bilm import BiLMConfig
+    from elmokit.evaluation.perplexity import perplexity
+    from elmokit.text.corpus import Corpus
+    from elmokit.training.config import TrainingConfig
+    from elmokit.training.lm import LanguageModel
+    from elmokit.training.trainer import train
+    from elmokit.training.vocab import build_vocabulary, count_tokens
+
+    ptb = SHARED / "data" / "ptb_mikolov"
+    if not (ptb / "ptb.train.txt").exists():
+        print(f"needs {ptb} (Mikolov's PTB, evaluation only)", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab_path = out.parent / (out.name + ".vocab.txt")
+    if not vocab_path.exists():
+        build_vocabulary(count_tokens(Corpus(str(ptb / "ptb.train.txt")))).save(vocab_path)
+    model_config = BiLMConfig(**{**PTB_MODEL, "filters": tuple(map(tuple, PTB_MODEL["filters"]))})
+    training = TrainingConfig(batch_size=args.batch_size, max_length=100, shuffle_buffer=50_000, lr=args.lr,
+                              softmax="full", seed=0, max_steps=args.max_steps, epochs=args.epochs,
+                              checkpoint_every=args.chunk_steps, log_every=50)
+    valid = list(Corpus(str(ptb / "ptb.valid.txt")))[: args.valid_sentences]
+    curve = []
+    target = args.max_steps
+    step = 0
+    began = time.time()
+    while True:
+        stop = step + args.chunk_steps if target is None else min(step + args.chunk_steps, target)
+        result = train(out, corpus=str(ptb / "ptb.train.txt"), vocab=vocab_path, model_config=model_config,
+                       training=training.replace(max_steps=stop), resume=step > 0 or (out / "training.json").exists(),
+                       command="python benchmarks/ptb_lm.py " + " ".join(sys.argv[1:]), progress=False)
+        lm, vocabulary, _ = LanguageModel.load(result.model_dir)
+        v = perplexity(lm, vocabulary, valid)
+        curve.append({"step": result.step, "tokens": result.tokens, "valid_forward_ppl": v.forward,
+                      "valid_backward_ppl": v.backward, "hours": (time.time() - began) / 3600})
+        print(json.dumps(curve[-1]), flush=True)
+        finished = result.step < stop or (target is not None and result.step >= target)
+        step = result.step
+        if finished:
+            break
+    test = perplexity(lm, vocabulary, Corpus(str(ptb / "ptb.test.txt"), limit_lines=args.test_sentences))
+    n_params = sum(p.numel() for p in lm.parameters())
+    summary = {
+        "parameters_total": n_params,
+        "parameters_bilm": sum(p.numel() for p in lm.bilm.parameters()),
+        "test_forward_ppl": test.forward, "test_backward_ppl": test.backward, "test_average_ppl": test.average,
+        "steps": step, "training_tokens": result.tokens, "wall_hours": (time.time() - began) / 3600,
+        "test_sentences": test.num_sentences, "threads": args.threads, "curve": curve, "anchor": "Kim et al. 2016 LSTM-Char-Small: 92.3 (5M params)",
+    }
+    (out / "ptb_result.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in summary.items() if k != "curve"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
