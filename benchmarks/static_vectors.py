@@ -145,7 +145,7 @@ def section(names: list[str]) -> str:
         f"Date {DATE}; machine: {MACHINE}; one worker thread per run. Corpus: gutenberg_en train.00–train.02 "
         "(~9.3 M whitespace words, 11.5 M regex tokens), tokenised the same way for every method: "
         "regex `\\w+|[^\\w\\s]`, lowercased. Every option not shown is the original tool's default "
-        "(see `elmokit static train --help`). Similarity: Spearman ρ × 1 over the pairs whose two words the "
+        "(see `elmokit static train --help`). Similarity: Spearman ρ over the pairs whose two words the "
         "table covers (coverage in brackets); analogy: 3CosAdd accuracy over the 30,000 most frequent words, "
         "question words excluded, over the questions whose four words are all among them (coverage given). "
         "Regenerate with `PYTHONPATH=src python benchmarks/static_vectors.py`.\n\n"

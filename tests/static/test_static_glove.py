@@ -71,19 +71,34 @@ def test_gradient_matches_finite_differences():
         assert grad[idx] == pytest.approx(numeric, rel=1e-5, abs=1e-7)
 
 
-def test_one_adagrad_step_matches_numpy():
+def test_one_adagrad_step_matches_glove_c_restated():
     X, *_ = problem(seed=2)
     rows, cols = np.nonzero(X)
-    cfg = GloveConfig(dim=D, batch_size=10_000, epochs=1, seed=4)
-    model = GloveModel(V, cfg)
+    lr = 0.05
+    model = GloveModel(V, GloveConfig(dim=D, batch_size=10_000, epochs=1, seed=4, lr=lr))
     W0, C0, bw0, bc0 = (t.double().numpy().copy() for t in (model.W, model.C, model.bw, model.bc))
+    # glove.c, pair by pair, except that every pair reads the parameters and the accumulators as they
+    # were before the batch (one batch holds every nonzero): u = lr * g; p -= u / sqrt(G); G += u^2
+    W1, C1, bw1, bc1 = W0.copy(), C0.copy(), bw0.copy(), bc0.copy()
+    GW, GC, Gbw, Gbc = np.ones_like(W0), np.ones_like(C0), np.ones_like(bw0), np.ones_like(bc0)
+    for i, j in zip(rows, cols):
+        x = X[i, j]
+        f = min(1.0, (x / 100.0) ** 0.75)
+        fdiff = lr * f * (W0[i] @ C0[j] + bw0[i] + bc0[j] - np.log(x))
+        W1[i] -= fdiff * C0[j]
+        C1[j] -= fdiff * W0[i]
+        bw1[i] -= fdiff
+        bc1[j] -= fdiff
+        GW[i] += (fdiff * C0[j]) ** 2
+        GC[j] += (fdiff * W0[i]) ** 2
+        Gbw[i] += fdiff**2
+        Gbc[j] += fdiff**2
     x = X[rows, cols]
-    _, dW, dC, dbw, dbc = full_loss_and_grads(W0, C0, bw0, bc0, rows, cols, x)
     t = lambda a: torch.as_tensor(a)  # noqa: E731
     model.train_epoch(t(rows), t(cols), t(np.log(x)).float(), weighting(t(x), 100.0, 0.75).float())
-    # one batch holds every nonzero: each row takes one step lr * g / sqrt(1 + g^2)
-    for before, grad, after in [(W0, dW, model.W), (C0, dC, model.C), (bw0, dbw, model.bw), (bc0, dbc, model.bc)]:
-        np.testing.assert_allclose(after.double().numpy(), before - 0.05 * grad / np.sqrt(1 + grad**2), rtol=1e-4, atol=1e-6)
+    for want, got in [(W1, model.W), (C1, model.C), (bw1, model.bw), (bc1, model.bc),
+                      (GW, model.gW), (GC, model.gC), (Gbw, model.gbw), (Gbc, model.gbc)]:
+        np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-4, atol=1e-6)
 
 
 def test_training_lowers_the_cost_and_outputs_w_plus_w_tilde():
