@@ -269,6 +269,8 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
         logger.info("%s: no checkpoint yet; starting from step 0", run_dir)
     if context.is_main:
         _truncate_metrics(run_dir / "metrics.jsonl", step)
+    # for the card, if no step runs in this call
+    last_loss = _last_logged_loss(run_dir / "metrics.jsonl") if context.is_main else None
 
     train_model = model
     if context.enabled:
@@ -289,7 +291,6 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
     start_time = time.perf_counter()
     window_tokens, window_start = 0, time.perf_counter()
     history: list[dict] = []
-    last_loss = None
     data = batches(stream, start=position, batch_size=None if training.batch_tokens else training.batch_size,
                    batch_tokens=training.batch_tokens)
 
@@ -427,6 +428,13 @@ def _step(train_model, model: LanguageModel, optimizer, batch: Batch, vocabulary
     optimizer.step()
     fwd, bwd = context.all_sum([out.forward_nll.item(), out.backward_nll.item()], device)
     return (fwd + bwd) / (2 * global_targets), fwd / global_targets, bwd / global_targets, float(grad_norm)
+
+
+def _last_logged_loss(path: Path) -> float | None:
+    if not path.exists():
+        return None
+    losses = [e["loss"] for e in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if "loss" in e]
+    return losses[-1] if losses else None
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
