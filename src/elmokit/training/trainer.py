@@ -343,7 +343,7 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
         context.barrier()
 
     last_saved = step
-    tokens_at_start = tokens_seen
+    tokens_at_start, first_step = tokens_seen, step
     while training.max_steps is None or step < training.max_steps:
         batch: Batch = next(data)
         if training.epochs is not None and batch.epoch >= training.epochs:
@@ -371,8 +371,14 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
             if context.is_main:
                 with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(entry) + "\n")
-                if bar is None:
-                    logger.info("step %d  loss %.4f  ppl %.1f  %.0f tok/s", step, loss_value, entry["ppl"], entry["tokens_per_s"])
+                if bar is None:  # plain log lines for batch jobs
+                    run_s = time.perf_counter() - start_time
+                    eta = ""
+                    if training.max_steps is not None and step > first_step:
+                        left = (training.max_steps - step) * run_s / (step - first_step)
+                        eta = f"  ETA {datetime.timedelta(seconds=round(left))}"
+                    logger.info("step %d  loss %.4f  ppl %.1f  %.0f tok/s%s", step, loss_value, entry["ppl"],
+                                entry["tokens_per_s"], eta)
         if bar is not None:
             bar.update(1)
             rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - start_time, 1e-9)
