@@ -182,3 +182,10 @@ def test_bf16_autocast_trains(tmp_path):
     assert all(np.isfinite(losses)) and np.mean(losses[-5:]) < np.mean(losses[:5])
     lm, _, _ = LanguageModel.load(result.model_dir)
     assert lm.softmax_weight.dtype == torch.float32, "weights stay float32"
+
+
+def test_batches_by_tokens(tmp_path):
+    result = run_tiny(tmp_path / "run", max_steps=6, batch_tokens=40, checkpoint_every=100)
+    tokens = [e["tokens"] for e in result.history if "loss" in e]
+    steps = np.diff([0] + tokens)
+    assert np.all(steps <= 40) and np.all(steps > 25)  # tiny_corpus sentences have 6-11 tokens

@@ -77,7 +77,9 @@ class TrainingConfig:
         for name in ("max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every", "valid_every", "valid_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        object.__setattr__(self, "tokenizer", dict(self.tokenizer))
+        from elmokit.training.data import make_tokenizer  # the recorded form, complete (e.g. the regex itself)
+
+        object.__setattr__(self, "tokenizer", make_tokenizer(self.tokenizer).to_dict())
         if isinstance(self.valid_corpus, str):
             object.__setattr__(self, "valid_corpus", [self.valid_corpus])
 

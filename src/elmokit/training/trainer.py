@@ -269,6 +269,8 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
         logger.info("%s: no checkpoint yet; starting from step 0", run_dir)
     if context.is_main:
         _truncate_metrics(run_dir / "metrics.jsonl", step)
+    # for the card, if no step runs in this call
+    last_loss = _last_logged_loss(run_dir / "metrics.jsonl") if context.is_main else None
 
     train_model = model
     if context.enabled:
@@ -289,7 +291,6 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
     start_time = time.perf_counter()
     window_tokens, window_start = 0, time.perf_counter()
     history: list[dict] = []
-    last_loss = None
     data = batches(stream, start=position, batch_size=None if training.batch_tokens else training.batch_size,
                    batch_tokens=training.batch_tokens)
 
@@ -342,7 +343,7 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
         context.barrier()
 
     last_saved = step
-    tokens_at_start = tokens_seen
+    tokens_at_start, first_step = tokens_seen, step
     while training.max_steps is None or step < training.max_steps:
         batch: Batch = next(data)
         if training.epochs is not None and batch.epoch >= training.epochs:
@@ -370,8 +371,14 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
             if context.is_main:
                 with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(entry) + "\n")
-                if bar is None:
-                    logger.info("step %d  loss %.4f  ppl %.1f  %.0f tok/s", step, loss_value, entry["ppl"], entry["tokens_per_s"])
+                if bar is None:  # plain log lines for batch jobs
+                    run_s = time.perf_counter() - start_time
+                    eta = ""
+                    if training.max_steps is not None and step > first_step:
+                        left = (training.max_steps - step) * run_s / (step - first_step)
+                        eta = f"  ETA {datetime.timedelta(seconds=round(left))}"
+                    logger.info("step %d  loss %.4f  ppl %.1f  %.0f tok/s%s", step, loss_value, entry["ppl"],
+                                entry["tokens_per_s"], eta)
         if bar is not None:
             bar.update(1)
             rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - start_time, 1e-9)
@@ -427,6 +434,13 @@ def _step(train_model, model: LanguageModel, optimizer, batch: Batch, vocabulary
     optimizer.step()
     fwd, bwd = context.all_sum([out.forward_nll.item(), out.backward_nll.item()], device)
     return (fwd + bwd) / (2 * global_targets), fwd / global_targets, bwd / global_targets, float(grad_norm)
+
+
+def _last_logged_loss(path: Path) -> float | None:
+    if not path.exists():
+        return None
+    losses = [e["loss"] for e in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if "loss" in e]
+    return losses[-1] if losses else None
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

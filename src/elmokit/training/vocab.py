@@ -83,8 +83,8 @@ class Vocabulary:
             lines.pop()
         seen: dict[str, int] = {}
         for lineno, token in enumerate(lines, 1):
-            if token == "" or token != token.strip() or any(c.isspace() for c in token):
-                raise VocabularyError(f"{path}:{lineno}: {token!r} is empty or contains whitespace; one token per line")
+            if not _representable(token):
+                raise VocabularyError(f"{path}:{lineno}: {token!r} is empty or starts/ends with whitespace; one token per line")
             if token in seen:
                 raise VocabularyError(f"{path}:{lineno}: {token!r} already on line {seen[token]}; remove the duplicate")
             seen[token] = lineno
@@ -94,10 +94,20 @@ class Vocabulary:
             raise VocabularyError(f"{path}: {error}") from None
 
     def save(self, path: str | os.PathLike) -> Path:
+        bad = [t for t in self.tokens if not _representable(t)]
+        if bad:
+            raise VocabularyError(
+                f"cannot write tokens {bad[:5]} to a vocabulary file (one token per line: no line breaks, "
+                "no leading or trailing whitespace, not empty); fix the tokenizer"
+            )
         path = Path(path)
         with atomic_path(path) as tmp:
             Path(tmp).write_text("".join(t + "\n" for t in self.tokens), encoding="utf-8")
         return path
+
+
+def _representable(token: str) -> bool:
+    return bool(token) and token == token.strip() and "\n" not in token and "\r" not in token
 
 
 def count_tokens(sentences: Iterable[Sequence[str]]) -> Counter:

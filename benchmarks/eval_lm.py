@@ -1,0 +1,74 @@
+"""Perplexities of a trained biLM on the project's evaluation texts (for model cards).
+
+    python benchmarks/eval_lm.py --model src/elmokit/models/default --json docs/benchmarks/default_model_eval.json
+
+Sets (each skipped if ../shared lacks it):
+* gutenberg_en test (the model's own tokenizer, lines cut at the model's max length;
+  ``--gutenberg-lines`` limits it to the first N lines);
+* WikiText-2 test, ``wiki.test.tokens`` - already tokenised, so split on whitespace (its ``<unk>``
+  is an ordinary out-of-vocabulary token here), headings and all, blank lines skipped;
+* PTB test (Mikolov), whitespace - LDC data, evaluation only.
+
+Perplexity as ``elmokit perplexity``: n + 1 targets per sentence and direction, OOV tokens as
+<UNK>; so the numbers compare only between models with the same vocabulary and tokenisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="default", help="model folder with the LM head (default: the shipped default)")
+    parser.add_argument("--gutenberg-lines", type=int, default=None, help="first N lines of gutenberg_en test (default all)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--json", default=None, help="write the results here")
+    args = parser.parse_args()
+
+    import torch
+
+    from elmokit.evaluation.perplexity import perplexity
+    from elmokit.text.corpus import Corpus, Tokenizer
+    from elmokit.training.data import make_tokenizer
+    from elmokit.training.lm import LanguageModel
+
+    torch.set_num_threads(args.threads)
+    model, vocabulary, info = LanguageModel.load(args.model)
+    own = make_tokenizer(info.get("tokenizer"))
+    max_length = info.get("max_length")
+    sets = [
+        ("gutenberg_en test", SHARED / "data" / "gutenberg_en" / "test.txt.xz", own, args.gutenberg_lines),
+        ("WikiText-2 test (wiki.test.tokens)", SHARED / "data" / "wikitext2_eval" / "wiki.test.tokens", Tokenizer(), None),
+        ("PTB test (Mikolov)", SHARED / "data" / "ptb_mikolov" / "ptb.test.txt", Tokenizer(), None),
+    ]
+    results = []
+    for name, path, tokenizer, limit in sets:
+        if not path.exists():
+            print(f"skipping {name}: {path} not found", file=sys.stderr)
+            continue
+        began = time.perf_counter()
+        corpus = Corpus(str(path), tokenizer=tokenizer, max_tokens=max_length, limit_lines=limit)
+        r = perplexity(model, vocabulary, corpus)
+        entry = {"set": name, "file": os.path.relpath(path, REPO), "tokenizer": tokenizer.to_dict(),
+                 "max_length": max_length, "lines_limit": limit, **r.to_dict(),
+                 "oov_rate": r.num_oov / max(r.num_tokens, 1), "seconds": round(time.perf_counter() - began, 1)}
+        results.append(entry)
+        print(f"{name}: forward {r.forward:.1f}  backward {r.backward:.1f}  average {r.average:.1f}  "
+              f"({r.num_tokens:,} tokens, OOV {100 * entry['oov_rate']:.1f}%)", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": args.model, "results": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
