@@ -81,6 +81,8 @@ def test_nearest_occurrence_sees_the_sense(index):
     top = results[1][0]
     assert (top.sentence, top.token, top.score) == (1, 5, pytest.approx(1.0, abs=1e-6))
     assert top.marked() == "the striker made a fine [[play]] near the goal"
+    assert top.marked(window=2) == "... a fine [[play]] near the ..."
+    assert top.marked(window=8) == top.marked()
     theatre = [h for h in results[1] if h.sentence in (0, 3)]
     assert all(h.score < 0.5 for h in theatre), "the theatre sense is far on the contextual layer"
 

@@ -186,6 +186,14 @@ def test_folder_round_trip_cli_and_clear_errors(models, tmp_path, capsys):
 
     with h5py.File(tmp_path / "out.h5") as f:
         np.testing.assert_array_equal(f["0"][...], Embedder.load(folder, initial_state="warm").embed([["the", "cat", "sat"]])[0])
+    # convert carries the state (keyed by the parameters, valid in either format); Elmo takes it too
+    assert main(["convert", str(folder), str(tmp_path / "original")]) == 0
+    converted = Embedder.load(tmp_path / "original", initial_state="warm")
+    for a, b in zip(converted.embed(SENTENCES), Embedder.load(folder, initial_state="warm").embed(SENTENCES)):
+        np.testing.assert_array_equal(a, b)
+    from elmokit import Elmo
+
+    assert Elmo.from_pretrained(tmp_path / "original", initial_state="warm").bilm.initial_state == "warm"
     # a state left beside other weights is refused
     other = BiLM.from_state(bilm.config, {k: v * 1.5 for k, v in bilm.numpy_state().items()})
     other.save_pretrained(folder)

@@ -57,6 +57,8 @@ def register(subparsers) -> None:
     query.add_argument("--layers", default=None, help="comma-separated layers to search (default: all)")
     query.add_argument("--top", type=int, default=5, help="occurrences per layer (default 5)")
     query.add_argument("--same-form", action="store_true", help="search only occurrences of the same word form")
+    query.add_argument("--context", type=int, default=15, metavar="N",
+                       help="show N tokens either side of each match (default 15; 0 or less: whole sentences)")
     query.add_argument("--include-self", action="store_true",
                        help="keep the query's own occurrence when the corpus contains the query sentence")
     query.add_argument("--vectors", default=None, metavar="STATIC",
@@ -119,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         static = None
         if args.vectors is not None:
             static = _static_neighbors(args.vectors, tokens[word_index % len(tokens)], args.top)
-        print(format_neighbors(tokens, word_index, results, representation=rep.name, static=static))
+        window = args.context if args.context > 0 else None
+        print(format_neighbors(tokens, word_index, results, representation=rep.name, static=static, window=window))
         return 0
     except (NeighborIndexError, CorpusError, ValueError) as error:
         print(f"elmokit neighbors: error: {error}", file=sys.stderr)

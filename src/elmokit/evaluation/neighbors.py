@@ -63,9 +63,14 @@ class Occurrence:
     def word(self) -> str:
         return self.tokens[self.token]
 
-    def marked(self, left: str = "[[", right: str = "]]") -> str:
-        """The sentence with the matched word marked, e.g. ``a [[play]] by Hamlet``."""
-        return " ".join(f"{left}{t}{right}" if i == self.token else t for i, t in enumerate(self.tokens))
+    def marked(self, left: str = "[[", right: str = "]]", *, window: int | None = None) -> str:
+        """The sentence with the matched word marked, e.g. ``a [[play]] by Hamlet``; with
+        ``window``, only that many tokens each side of it (cuts shown as ``...``)."""
+        start, stop = 0, len(self.tokens)
+        if window is not None:
+            start, stop = max(0, self.token - window), min(len(self.tokens), self.token + window + 1)
+        words = [f"{left}{t}{right}" if i == self.token else t for i, t in enumerate(self.tokens[start:stop], start)]
+        return " ".join((["..."] if start > 0 else []) + words + (["..."] if stop < len(self.tokens) else []))
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
@@ -329,8 +334,10 @@ def format_neighbors(
     *,
     representation: str,
     static: tuple[str, list[tuple[str, float]]] | None = None,
+    window: int | None = None,
 ) -> str:
-    """A plain-text Table 4: the query, the static table's nearest types, then each layer's hits."""
+    """A plain-text Table 4: the query, the static table's nearest types, then each layer's hits
+    (each corpus sentence cut to ``window`` tokens either side of the match, if given)."""
     query = Occurrence(1.0, -1, word_index % len(sentence), tuple(sentence))
     lines = [f"query: {query.marked()}"]
     if static is not None:
@@ -342,5 +349,5 @@ def format_neighbors(
         if not hits:
             lines.append("  (no occurrences)")
         for hit in hits:
-            lines.append(f"  {hit.score:.3f}  {hit.marked()}")
+            lines.append(f"  {hit.score:.3f}  {hit.marked(window=window)}")
     return "\n".join(lines)
