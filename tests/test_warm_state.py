@@ -67,8 +67,9 @@ def test_warm_outputs_match_numpy_oracle_started_from_that_state(models):
         output = bilm(batch_to_ids(SENTENCES))
     for b, sentence in enumerate(SENTENCES):
         started = NumpyELMo(oracle.o, oracle.w)
-        for (d, layer) in [(d, layer) for d in (0, 1) for layer in range(oracle.L)]:
-            started.state[(d, layer, 0)] = (warm.h[layer, d].double().numpy(), warm.c[layer, d].double().numpy())
+        for d in (0, 1):
+            for layer in range(oracle.L):
+                started.state[(d, layer, 0)] = (warm.h[layer, d].double().numpy(), warm.c[layer, d].double().numpy())
         expected = started.sentence(sentence, row=0)
         n = len(sentence) + 2
         np.testing.assert_allclose(output.layers[:, b, :n].numpy(), expected, atol=2e-5, rtol=1e-4)
