@@ -18,9 +18,10 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate representations (word similarity and analogy)")
+    parser = subparsers.add_parser("eval", help="evaluate representations (similarity, analogy, probes, WSD, SST)")
     sub = parser.add_subparsers(dest="eval_command", metavar="BENCHMARK")
     _register_similarity(sub)
+    _register_probe(sub)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
@@ -116,4 +117,82 @@ def run_similarity(args: argparse.Namespace) -> int:
         payload = results[0] if len(results) == 1 else {"results": results}
         with atomic_path(out) as tmp:
             Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+# ---------------------------------------------------------------------- layer probes
+def _add_representation_arguments(parser) -> None:
+    from elmokit.cli.common import add_model_arguments
+
+    add_model_arguments(parser)
+    parser.add_argument("--vectors", default=None, metavar="DIR|FILE",
+                        help="evaluate a static table (run folder or word2vec/GloVe file) instead of an ELMo model")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per biLM batch")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+
+
+def _representation(args):
+    from elmokit.cli.common import apply_threads, load_embedder
+
+    apply_threads(args)
+    if args.vectors:
+        from elmokit.static.vectors import StaticVectors
+
+        if not Path(args.vectors).exists():
+            raise FileNotFoundError(f"--vectors {args.vectors}: no such file or folder")
+        return StaticVectors.load(args.vectors)
+    return load_embedder(args, batch_size=args.batch_size)
+
+
+def _write_json(path, payload) -> None:
+    from elmokit.io import atomic_path
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _register_probe(sub) -> None:
+    p = sub.add_parser(
+        "probe", help="linear POS probe on each layer (UD English-EWT; the paper's Table 6)",
+        description="For each layer, a softmax regression on the frozen token vectors of UD English-EWT train "
+        "(UPOS), weight decay chosen on dev, accuracy on test.",
+    )
+    _add_representation_arguments(p)
+    p.add_argument("--data-dir", default=None,
+                   help="folder with en_ewt-ud-{train,dev,test}.conllu (default: $ELMOKIT_SHARED/data/ud_english_ewt)")
+    p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences of each split")
+    p.add_argument("--weight-decays", default="0,1e-5,1e-4,1e-3", help="comma-separated L2 strengths tried on dev")
+    p.add_argument("--layers", default=None, help="comma-separated layers (default: all)")
+    p.add_argument("--max-iter", type=int, default=200, help="L-BFGS iterations per fit")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.set_defaults(func=lambda args: _run_reporting("eval probe", run_probe, args))
+
+
+def _run_reporting(command, func, args) -> int:
+    from elmokit.cli.common import run_reporting_errors
+
+    try:
+        return run_reporting_errors(command, func, args)
+    except ValueError as error:  # malformed data files: the message names file and line
+        print(f"elmokit {command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    import logging
+
+    from elmokit.evaluation.probe import format_probe_table, probe_layers, ud_ewt_splits
+
+    splits = ud_ewt_splits(args.data_dir, max_sentences=args.max_sentences)
+    rep = _representation(args)
+    layers = None if args.layers is None else [int(x) for x in args.layers.split(",")]
+    result = probe_layers(rep, splits["train"], splits["dev"], splits["test"],
+                          weight_decays=[float(x) for x in args.weight_decays.split(",")], layers=layers,
+                          max_iter=args.max_iter, log=logging.getLogger("elmokit.probe").info)
+    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
+    print(format_probe_table(result))
+    if args.out:
+        _write_json(args.out, result)
     return 0
