@@ -40,3 +40,22 @@ class TableRepresentation:
     def embed(self, sentences):
         return [np.stack([self.vectors.get(w, self.default) for w in s], axis=1).astype(np.float32)
                 if s else np.zeros((self.num_layers, 0, self.dim), np.float32) for s in sentences]
+
+
+class BagOfContext:
+    """Two layers, hand-computable: layer 0 is the word's own table vector (zeros if unknown),
+    layer 1 is the sum of the table vectors of the *other* words of the sentence."""
+
+    name = "synthetic:bag-of-context"
+    num_layers = 2
+
+    def __init__(self, table: dict[str, tuple[float, ...]]):
+        self.table = {w: np.asarray(v, dtype=np.float32) for w, v in table.items()}
+        self.dim = len(next(iter(self.table.values())))
+
+    def embed(self, sentences):
+        out = []
+        for sentence in sentences:
+            own = np.stack([self.table.get(w, np.zeros(self.dim, np.float32)) for w in sentence])  # (T, D)
+            out.append(np.stack([own, own.sum(axis=0, keepdims=True) - own]).astype(np.float32))
+        return out

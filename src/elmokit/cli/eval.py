@@ -22,6 +22,7 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="eval_command", metavar="BENCHMARK")
     _register_similarity(sub)
     _register_probe(sub)
+    _register_wsd(sub)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
@@ -193,6 +194,49 @@ def run_probe(args: argparse.Namespace) -> int:
                           max_iter=args.max_iter, log=logging.getLogger("elmokit.probe").info)
     result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
     print(format_probe_table(result))
+    if args.out:
+        _write_json(args.out, result)
+    return 0
+
+
+# ---------------------------------------------------------------------- word sense disambiguation
+def _register_wsd(sub) -> None:
+    p = sub.add_parser(
+        "wsd", help="1-nearest-neighbour WSD per layer (SemCor -> Raganato ALL; the paper's Table 5)",
+        description="Sense vectors are SemCor means of each layer; a test word takes its lemma's sense with the "
+        "highest cosine; lemmas unseen in SemCor back off to the WordNet first sense.",
+    )
+    _add_representation_arguments(p)
+    p.add_argument("--data-dir", default=None,
+                   help="the wsd folder with semcor30.tsv and Evaluation_Datasets/ (default: $ELMOKIT_SHARED/data/wsd)")
+    p.add_argument("--test", default="ALL", help="evaluation set under Evaluation_Datasets/ (ALL, senseval2, ...)")
+    p.add_argument("--wordnet", default=None,
+                   help="WordNet 3.0 index.sense, its folder, or wordnet-3.0.tar.xz (default: $ELMOKIT_SHARED/data/wordnet3.0)")
+    p.add_argument("--max-semcor-sentences", type=int, default=None, help="use only the first N SemCor sentences")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.set_defaults(func=lambda args: _run_reporting("eval wsd", run_wsd, args))
+
+
+def run_wsd(args: argparse.Namespace) -> int:
+    from elmokit.evaluation.word_similarity import shared_dir
+    from elmokit.evaluation.wsd import (evaluate_wsd, format_wsd_table, read_first_senses, read_gold_keys,
+                                        read_raganato_xml, read_semcor_tsv)
+
+    folder = Path(args.data_dir) if args.data_dir else shared_dir() / "data" / "wsd"
+    wordnet = Path(args.wordnet) if args.wordnet else shared_dir() / "data" / "wordnet3.0" / "wordnet-3.0.tar.xz"
+    test_dir = folder / "Evaluation_Datasets" / args.test
+    for path in (folder / "semcor30.tsv", test_dir / f"{args.test}.data.xml", test_dir / f"{args.test}.gold.key.txt"):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
+    first_senses = read_first_senses(wordnet)
+    test = read_raganato_xml(test_dir / f"{args.test}.data.xml")
+    gold = read_gold_keys(test_dir / f"{args.test}.gold.key.txt")
+    semcor = read_semcor_tsv(folder / "semcor30.tsv", max_sentences=args.max_semcor_sentences)
+    rep = _representation(args)
+    result = evaluate_wsd(rep, semcor, test, gold, first_senses)
+    result["test_set"] = args.test
+    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
+    print(format_wsd_table(result, args.test))
     if args.out:
         _write_json(args.out, result)
     return 0
