@@ -8,6 +8,8 @@ never influence each other unless ``stateful=True`` asks for the reference's beh
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -141,6 +143,7 @@ class Embedder:
             self.bilm.enable_token_cache(token_cache_size)  # bit-identical, so on by default
         self.name = name
         self.batch_size = batch_size
+        self._fingerprint: str | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike = "default", *, stateful: bool = False, **options) -> "Embedder":
@@ -168,6 +171,18 @@ class Embedder:
     @property
     def stateful(self) -> bool:
         return self.bilm.stateful
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the outputs could: weights, configuration, precision, statefulness."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256(json.dumps(self.bilm.config.to_dict(), sort_keys=True).encode())
+            for name, tensor in sorted(self.bilm.state_dict().items()):
+                digest.update(name.encode())
+                digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+            digest.update(f"precision={self.bilm.precision};stateful={self.stateful}".encode())
+            self._fingerprint = f"{self.name}:{digest.hexdigest()[:16]}"
+        return self._fingerprint
 
     def reset_states(self) -> None:
         self.bilm.reset_states()
