@@ -17,6 +17,8 @@ def test_parse_tree_leaves_and_root_label():
     assert parse_tree("(3 (2 It) (4 (3 (2 works) (2 well)) (2 .)))") == (3, ["It", "works", "well", "."])
     assert parse_tree("(1 (2 -LRB-) (0 bad) (2 -RRB-))") == (1, ["(", "bad", ")"])
     assert parse_tree("(4 fine)") == (4, ["fine"])
+    # a leaf of two words and the PTB slash escape, as in SST train line 4342
+    assert parse_tree(r"(2 (2 like) (2 8 1\/2))") == (2, ["like", "8", "1/2"])
 
 
 def test_read_sst_and_the_two_tasks(tmp_path):

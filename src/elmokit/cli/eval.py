@@ -23,6 +23,7 @@ def register(subparsers) -> None:
     _register_similarity(sub)
     _register_probe(sub)
     _register_wsd(sub)
+    _register_sst(sub)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
@@ -237,6 +238,63 @@ def run_wsd(args: argparse.Namespace) -> int:
     result["test_set"] = args.test
     result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
     print(format_wsd_table(result, args.test))
+    if args.out:
+        _write_json(args.out, result)
+    return 0
+
+
+# ---------------------------------------------------------------------- SST
+def add_classifier_training_arguments(p) -> None:
+    p.add_argument("--epochs", type=int, default=10, help="training epochs (the best on dev is kept)")
+    p.add_argument("--train-batch-size", type=int, default=32, help="sentences per training step")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    p.add_argument("--word-dim", type=int, default=50, help="size of the learned word vectors x_k")
+    p.add_argument("--hidden-dim", type=int, default=64, help="BiLSTM hidden size per direction")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout on the BiLSTM input and the pooled vector")
+    p.add_argument("--mix-l2", type=float, default=0.001, help="lambda of the L2 penalty on the layer weights")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+
+
+def classifier_training_options(args) -> dict:
+    return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": args.lr,
+            "word_dim": args.word_dim, "hidden_dim": args.hidden_dim, "dropout": args.dropout,
+            "mix_l2": args.mix_l2, "seed": args.seed}
+
+
+def _register_sst(sub) -> None:
+    p = sub.add_parser(
+        "sst", help="SST-5 / SST-2 sentence classification with and without ELMo",
+        description="A BiLSTM classifier on [x_k; ELMo_k] (or x_k alone), trained on the root labels of the SST "
+        "train trees, best epoch on dev, accuracy on test.",
+    )
+    _add_representation_arguments(p)
+    p.add_argument("--data-dir", default=None, help="the SST trees folder (default: $ELMOKIT_SHARED/data/sst/trees)")
+    p.add_argument("--tasks", default="sst5,sst2", help="comma-separated: sst5, sst2")
+    p.add_argument("--variants", default="baseline,elmo", help="comma-separated: baseline (no ELMo), elmo")
+    p.add_argument("--max-train", type=int, default=None, help="use only the first N training trees")
+    p.add_argument("--cache-dir", default=None, help="keep the feature caches here (default: a temporary folder)")
+    add_classifier_training_arguments(p)
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.set_defaults(func=lambda args: _run_reporting("eval sst", run_sst, args))
+
+
+def run_sst(args: argparse.Namespace) -> int:
+    import logging
+
+    from elmokit.evaluation.sst import evaluate_sst, format_sst_table
+
+    tasks = [t for t in args.tasks.split(",") if t]
+    variants = [v for v in args.variants.split(",") if v]
+    for name, given, allowed in (("--tasks", tasks, {"sst5", "sst2"}), ("--variants", variants, {"baseline", "elmo"})):
+        if not given or set(given) - allowed:
+            print(f"elmokit eval sst: error: {name} takes {', '.join(sorted(allowed))}", file=sys.stderr)
+            return 2
+    rep = _representation(args)
+    result = evaluate_sst(rep, data_dir=args.data_dir, tasks=tasks, variants=variants, cache_dir=args.cache_dir,
+                          max_train=args.max_train, log=logging.getLogger("elmokit.sst").info,
+                          **classifier_training_options(args))
+    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
+    print(format_sst_table(result))
     if args.out:
         _write_json(args.out, result)
     return 0

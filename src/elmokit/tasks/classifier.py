@@ -57,6 +57,11 @@ _TREE_TOKEN = re.compile(r"\(|\)|[^\s()]+")
 _PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
 
 
+def _unescape(word: str) -> str:
+    """PTB escapes back to text: -LRB- -> (, 1\\/2 -> 1/2, \\* -> *."""
+    return _PTB_BRACKETS.get(word, word.replace("\\/", "/").replace("\\*", "*"))
+
+
 def parse_tree(text: str) -> tuple[int, list[str]]:
     """``(3 (2 It) (4 works))`` -> (3, ["It", "works"]). Raises ValueError saying what is wrong."""
     tokens = _TREE_TOKEN.findall(text)
@@ -72,8 +77,10 @@ def parse_tree(text: str) -> tuple[int, list[str]]:
             raise ValueError(f"expected a numeric label after '(' at token {position + 1}, found {label_text!r}")
         position += 2
         if position < len(tokens) and tokens[position] not in ("(", ")"):
-            leaves.append(_PTB_BRACKETS.get(tokens[position], tokens[position]))
-            position += 1
+            # a leaf; a few SST leaves hold several words ("8 1\/2"): each becomes a token
+            while position < len(tokens) and tokens[position] not in ("(", ")"):
+                leaves.append(_unescape(tokens[position]))
+                position += 1
         else:
             children = 0
             while position < len(tokens) and tokens[position] == "(":
