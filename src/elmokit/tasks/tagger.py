@@ -302,6 +302,7 @@ class SequenceTagger:
         self.model = model if model is not None else TaggerModel(config, len(self.words), len(self.labels), self.labels)
         self.history: list[dict] = []
         self.best_epoch: int | None = None
+        self.results: dict[str, Any] = {}  # final scores and the command, saved in metrics.json
 
     # -- inputs
     def word_ids(self, tokens: Sequence[str]) -> list[int]:
@@ -396,7 +397,8 @@ class SequenceTagger:
             save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "elmokit-tagger"})
             vocab = {"words": self.words, "labels": self.labels}
             (tmp / VOCAB_NAME).write_text(json.dumps(vocab, ensure_ascii=False) + "\n", encoding="utf-8")
-            metrics = {"best_epoch": self.best_epoch, "history": self.history, "mixing_weights": self.mixing_weights()}
+            metrics = {**self.results, "best_epoch": self.best_epoch, "mixing_weights": self.mixing_weights(),
+                       "history": self.history}
             (tmp / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
             if self.model.bilm is not None:
                 self.model.bilm.save_pretrained(tmp / BILM_DIR)
