@@ -1,6 +1,10 @@
 """Perplexities of a trained biLM on the project's evaluation texts (for model cards).
 
     python benchmarks/eval_lm.py --model src/elmokit/models/default --json docs/benchmarks/default_model_eval.json
+    python benchmarks/eval_lm.py --model DIR --gutenberg-lines 5000 --threads 2 --update-card
+
+``--update-card`` writes the table into the model folder's README.md (between marker comments,
+replacing an earlier table), with the command that produced it.
 
 Sets (each skipped if ../shared lacks it):
 * gutenberg_en test (the model's own tokenizer, lines cut at the model's max length;
@@ -33,6 +37,7 @@ def main() -> int:
     parser.add_argument("--gutenberg-lines", type=int, default=None, help="first N lines of gutenberg_en test (default all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--update-card", action="store_true", help="write the table into the model's README.md")
     args = parser.parse_args()
 
     import torch
@@ -67,7 +72,33 @@ def main() -> int:
               f"({r.num_tokens:,} tokens, OOV {100 * entry['oov_rate']:.1f}%)", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "results": results}, indent=1) + "\n")
+    if args.update_card:
+        update_card(Path(args.model), results, " ".join(["python", "benchmarks/eval_lm.py", *sys.argv[1:]]))
     return 0
+
+
+CARD_BEGIN, CARD_END = "<!-- perplexity:begin (benchmarks/eval_lm.py --update-card) -->", "<!-- perplexity:end -->"
+
+
+def update_card(model_dir: Path, results: list[dict], command: str) -> None:
+    card = model_dir / "README.md"
+    text = card.read_text(encoding="utf-8") if card.exists() else ""
+    if CARD_BEGIN in text:
+        text = text[: text.index(CARD_BEGIN)].rstrip("\n") + text[text.index(CARD_END) + len(CARD_END) :]
+    rows = []
+    for r in results:
+        name = r["set"] if r["lines_limit"] is None else f"{r['set']} (first {r['lines_limit']:,} lines)"
+        rows.append(f"| {name} | {r['num_tokens']:,} | {100 * r['oov_rate']:.1f}% | {r['forward']:.1f} | "
+                    f"{r['backward']:.1f} | {r['average']:.1f} |")
+    table = "\n".join([
+        CARD_BEGIN, "", "## Perplexity", "",
+        "Full softmax over the model's vocabulary; n + 1 targets per sentence and direction (</S> and <S>"
+        " included), out-of-vocabulary tokens scored as <UNK>, every sentence from a zero state. "
+        "Comparable only between models with the same vocabulary and tokenisation.", "",
+        "| text | tokens | OOV | forward | backward | average |", "|---|---:|---:|---:|---:|---:|", *rows, "",
+        f"Measured {time.strftime('%Y-%m-%d')} with `{command}`.", "", CARD_END,
+    ])
+    card.write_text(text.rstrip("\n") + "\n\n" + table + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -199,3 +199,27 @@ def test_fine_tuning_trains_the_bilm_and_round_trips(tmp_path):
     assert loaded.predict(sentences) == before
     for name, value in tuned.items():
         assert torch.equal(loaded.model.bilm.state_dict()[name], value), name
+
+
+def test_frozen_features_come_from_the_feature_cache_and_runs_repeat_exactly(tmp_path):
+    from elmokit.elmo import Embedder
+
+    rep = Embedder.load("default")
+    corpus = TaggedCorpus([["the", "cat", "sat"], ["a", "dog", "ran", "home"], ["cats", "sat"]],
+                          [["DET", "NOUN", "VERB"], ["DET", "NOUN", "VERB", "NOUN"], ["NOUN", "VERB"]])
+    dev = TaggedCorpus(corpus.sentences[:2], corpus.labels[:2])
+    config = _config(elmo_layers=rep.num_layers, elmo_dim=rep.dim, dropout=0.2, elmo_dropout=0.2)
+    options = TrainOptions(epochs=3, batch_size=2, seed=3, progress=False)
+    first = train_tagger(corpus, dev, config, representation=rep, options=options, cache_dir=tmp_path, log=lambda m: None)
+    caches = sorted(p.name for p in tmp_path.iterdir())
+    assert len(caches) == 2 and all((tmp_path / c / "meta.json").is_file() for c in caches)  # train and dev
+    second = train_tagger(corpus, dev, config, representation=rep, options=options, cache_dir=tmp_path, log=lambda m: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == caches  # reused, not rebuilt beside
+    assert [h["train_loss"] for h in first.history] == [h["train_loss"] for h in second.history]
+    # the cached features training read are the representation's own (predict embeds on the fly)
+    from elmokit.tasks.tagger import feature_source, pad_features
+
+    cached, cached_mask = feature_source(rep, corpus.sentences, tmp_path).batch([2, 0, 1])
+    direct, direct_mask = pad_features(rep.embed([corpus.sentences[i] for i in (2, 0, 1)]))
+    assert torch.equal(cached, direct) and torch.equal(cached_mask, direct_mask)
+    assert first.predict(corpus.sentences) == second.predict(corpus.sentences)

@@ -19,8 +19,10 @@ to its output (``use_skip_connections``; bilm-tf models trained without it set i
 Deliberate deviations from the reference, both opt-outs of surprising behaviour:
 * State. The reference carries every row's final LSTM state into the next call, so a sentence's
   vectors depend on what was embedded before it in the same batch row. Here every sentence
-  starts from a zero state unless ``stateful=True``, which reproduces the reference exactly
-  (spec §3.8), including its per-row bookkeeping.
+  starts from the same initial state unless ``stateful=True``, which reproduces the reference
+  exactly (spec §3.8), including its per-row bookkeeping. That initial state is zero, or with
+  ``set_initial_state(warm)`` the model's warm state (``elmokit.warm_state``: the state after a
+  fixed warm-up text), which starts sentences warm and keeps them independent.
 * Padding. Token slots that are padding are never run through the char CNN (the reference
   computes and then masks them); the outputs are identical.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -43,6 +46,8 @@ from elmokit.nn.lstm import ProjectedLSTM, reverse_padded
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS
 
 logger = logging.getLogger(__name__)
+
+INITIAL_STATES = ("zero", "warm")
 
 ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
@@ -151,6 +156,9 @@ class BiLM(nn.Module):
 
     ``stateful=True`` is the reference's compatibility mode: each batch row keeps its final
     LSTM states for the next call (call ``reset_states()`` to forget them).
+
+    ``set_initial_state(warm_state)`` makes every sentence start from that state instead of zero
+    (in stateful mode: every row not seen before, and every row after ``reset_states()``).
     """
 
     def __init__(self, config: BiLMConfig, *, stateful: bool = False) -> None:
@@ -179,6 +187,11 @@ class BiLM(nn.Module):
         # Stateful mode only: h (L, 2 directions, rows, P) and c (L, 2, rows, D).
         self._state: tuple[torch.Tensor, torch.Tensor] | None = None
         self.token_cache: TokenVectorCache | None = None
+        # The initial state of every sentence when warm: h (L, 2, P), c (L, 2, D); None = zero.
+        # Buffers so that .to(device) moves them; not persistent: they are not weights.
+        self.register_buffer("warm_h", None, persistent=False)
+        self.register_buffer("warm_c", None, persistent=False)
+        self.warm_state_metadata: dict | None = None
 
     @property
     def num_layers(self) -> int:
@@ -190,6 +203,32 @@ class BiLM(nn.Module):
 
     def reset_states(self) -> None:
         self._state = None
+
+    @property
+    def initial_state(self) -> str:
+        """``"zero"`` or ``"warm"``: where every sentence (every new stateful row) starts."""
+        return "zero" if self.warm_h is None else "warm"
+
+    def set_initial_state(self, state=None) -> "BiLM":
+        """Start every sentence from ``state`` (a ``WarmState``, or ``(h (L, 2, P), c (L, 2, D))``),
+        or from zero with ``None``. Forgets any carried stateful state."""
+        if state is None:
+            self.warm_h = self.warm_c = None
+            self.warm_state_metadata = None
+        else:
+            h, c = (state.h, state.c) if hasattr(state, "h") else state
+            L, P, D = self.config.n_layers, self.config.projection_dim, self.config.lstm_dim
+            if tuple(h.shape) != (L, 2, P) or tuple(c.shape) != (L, 2, D):
+                raise ValueError(
+                    f"initial state must be h {(L, 2, P)} and c {(L, 2, D)} for this model, "
+                    f"got {tuple(h.shape)} and {tuple(c.shape)}"
+                )
+            device = next(self.parameters()).device
+            self.warm_h = torch.as_tensor(h, dtype=torch.float32, device=device).detach().clone()
+            self.warm_c = torch.as_tensor(c, dtype=torch.float32, device=device).detach().clone()
+            self.warm_state_metadata = dict(getattr(state, "metadata", {}) or {})
+        self.reset_states()
+        return self
 
     # ---- construction from files (the formats/ package does the work) ------------------------
 
@@ -214,20 +253,36 @@ class BiLM(nn.Module):
         return model.eval()
 
     @classmethod
-    def from_original(cls, options_file, weight_file, *, stateful: bool = False) -> "BiLM":
-        """Load bilm-tf / allennlp ``options.json`` + ``weights.hdf5`` (261- or 262-row char table)."""
+    def from_original(
+        cls, options_file, weight_file, *, stateful: bool = False, initial_state: str = "zero"
+    ) -> "BiLM":
+        """Load bilm-tf / allennlp ``options.json`` + ``weights.hdf5`` (261- or 262-row char table).
+
+        ``initial_state="warm"`` reads ``warm_state.safetensors`` beside the weight file."""
         from elmokit.formats.bilm_hdf5 import read_options, read_weights
 
         config = read_options(options_file)
-        return cls.from_state(config, read_weights(weight_file, config), stateful=stateful)
+        model = cls.from_state(config, read_weights(weight_file, config), stateful=stateful)
+        return model.load_initial_state(initial_state, os.path.dirname(os.path.abspath(weight_file)))
 
     @classmethod
-    def from_pretrained(cls, path="default", *, stateful: bool = False) -> "BiLM":
+    def from_pretrained(cls, path="default", *, stateful: bool = False, initial_state: str = "zero") -> "BiLM":
         """Load ``"default"`` (the shipped model), a native folder, or a folder holding
-        ``options.json`` and one ``.hdf5`` weight file."""
+        ``options.json`` and one ``.hdf5`` weight file. ``initial_state``: ``"zero"`` (the
+        default) or ``"warm"`` (the folder's ``warm_state.safetensors``; see ``elmokit.warm_state``)."""
         from elmokit.formats import load_bilm
 
-        return load_bilm(path, stateful=stateful)
+        return load_bilm(path, stateful=stateful, initial_state=initial_state)
+
+    def load_initial_state(self, initial_state: str, directory) -> "BiLM":
+        """``"zero"``: nothing to do; ``"warm"``: use the warm state stored in ``directory``."""
+        if initial_state not in INITIAL_STATES:
+            raise ValueError(f"initial_state must be one of {INITIAL_STATES}, got {initial_state!r}")
+        if initial_state == "warm":
+            from elmokit.warm_state import load_warm_state
+
+            self.set_initial_state(load_warm_state(directory, self))
+        return self
 
     def numpy_state(self) -> dict:
         return {name: value.detach().cpu().numpy() for name, value in self.state_dict().items()}
@@ -315,7 +370,12 @@ class BiLM(nn.Module):
         tokens = self.token_vectors(ids, mask)  # (B, T2, P)
         layers = [torch.cat([tokens, tokens], dim=-1)]  # layer 0: the token vector, duplicated
 
-        initial = self._initial_state(ids.shape[0], tokens) if self.stateful else None
+        if self.stateful:
+            initial = self._initial_state(ids.shape[0], tokens)
+        elif self.warm_h is not None:  # every row starts from the same warm state
+            initial = self._warm_rows(ids.shape[0])
+        else:
+            initial = None
         final_h, final_c = [], []
         forward_in, backward_in = tokens, reverse_padded(tokens, lengths)
         for layer in range(self.config.n_layers):
@@ -346,16 +406,26 @@ class BiLM(nn.Module):
 
     # ---- the reference's stateful mode (spec §3.8) ------------------------------------------
 
+    def _warm_rows(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The warm state repeated for B rows: h (L, 2, B, P), c (L, 2, B, D)."""
+        h = self.warm_h.unsqueeze(2).expand(-1, -1, batch_size, -1).contiguous()
+        c = self.warm_c.unsqueeze(2).expand(-1, -1, batch_size, -1).contiguous()
+        return h, c
+
     def _initial_state(self, batch_size: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows 0..B-1 of the carried state; rows never seen before start at zero."""
+        """Rows 0..B-1 of the carried state; rows never seen before start at zero (or warm)."""
         L, P, D = self.config.n_layers, self.config.projection_dim, self.config.lstm_dim
         if self._state is None:
             self._state = (like.new_zeros(L, 2, 0, P), like.new_zeros(L, 2, 0, D))
         h, c = self._state
-        if h.shape[2] < batch_size:  # grow the buffer with zero rows, like allennlp
+        if h.shape[2] < batch_size:  # grow the buffer with zero (or warm) rows, like allennlp
             grow = batch_size - h.shape[2]
-            h = torch.cat([h, h.new_zeros(L, 2, grow, P)], dim=2)
-            c = torch.cat([c, c.new_zeros(L, 2, grow, D)], dim=2)
+            if self.warm_h is not None:
+                new_h, new_c = self._warm_rows(grow)
+            else:
+                new_h, new_c = h.new_zeros(L, 2, grow, P), c.new_zeros(L, 2, grow, D)
+            h = torch.cat([h, new_h.to(h.dtype)], dim=2)
+            c = torch.cat([c, new_c.to(c.dtype)], dim=2)
             self._state = (h, c)
         return h[:, :, :batch_size], c[:, :, :batch_size]
 

@@ -8,6 +8,8 @@ never influence each other unless ``stateful=True`` asks for the reference's beh
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -82,9 +84,17 @@ class Elmo(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike = "default", num_output_representations: int = 1, *, stateful: bool = False, **kwargs
+        cls,
+        path: str | os.PathLike = "default",
+        num_output_representations: int = 1,
+        *,
+        stateful: bool = False,
+        initial_state: str = "zero",
+        **kwargs,
     ) -> "Elmo":
-        return cls(module=BiLM.from_pretrained(path, stateful=stateful), num_output_representations=num_output_representations, **kwargs)
+        """``initial_state="warm"``: every sentence starts from the model's warm state (see ``BiLM``)."""
+        bilm = BiLM.from_pretrained(path, stateful=stateful, initial_state=initial_state)
+        return cls(module=bilm, num_output_representations=num_output_representations, **kwargs)
 
     def get_output_dim(self) -> int:
         return self.bilm.output_dim
@@ -121,7 +131,9 @@ class Embedder:
 
     ``embed(sentences)`` gives one float32 array (L+1, n_tokens, 2P) per sentence. By default
     each sentence starts from a zero LSTM state, so its vectors are the same in any batch and any
-    order; ``stateful=True`` carries states between batches exactly like the reference.
+    order; ``initial_state="warm"`` starts every sentence from the model's warm state instead
+    (the same for all, so just as order-free; see ``elmokit.warm_state``); ``stateful=True``
+    carries states between batches exactly like the reference.
     ``precision="bf16"`` is the fast path (documented error in docs/benchmarks.md); the token
     vectors of up to ``token_cache_size`` spellings are cached (exact; 0 turns it off).
     Implements the ``Representation`` protocol.
@@ -141,21 +153,39 @@ class Embedder:
             self.bilm.enable_token_cache(token_cache_size)  # bit-identical, so on by default
         self.name = name
         self.batch_size = batch_size
+        self._fingerprint: str | None = None
 
     @classmethod
-    def load(cls, path: str | os.PathLike = "default", *, stateful: bool = False, **options) -> "Embedder":
+    def load(
+        cls, path: str | os.PathLike = "default", *, stateful: bool = False, initial_state: str = "zero", **options
+    ) -> "Embedder":
         """``"default"`` (the shipped model), a native folder, or a folder with options.json + weights.hdf5.
 
-        ``options``: ``batch_size``, ``precision`` ("fp32" exact, "bf16" fast), ``token_cache_size``.
+        ``initial_state``: ``"zero"`` (default) or ``"warm"`` (the folder's warm_state.safetensors,
+        written by ``elmokit warm-state``). ``options``: ``batch_size``, ``precision`` ("fp32"
+        exact, "bf16" fast), ``token_cache_size``.
         """
-        return cls(BiLM.from_pretrained(path, stateful=stateful), name=f"elmo:{Path(str(path)).name}", **options)
+        bilm = BiLM.from_pretrained(path, stateful=stateful, initial_state=initial_state)
+        suffix = "+warm" if initial_state == "warm" else ""
+        return cls(bilm, name=f"elmo:{Path(str(path)).name}{suffix}", **options)
 
     @classmethod
     def from_original(
-        cls, options_file: str | os.PathLike, weight_file: str | os.PathLike, *, stateful: bool = False, **options
+        cls,
+        options_file: str | os.PathLike,
+        weight_file: str | os.PathLike,
+        *,
+        stateful: bool = False,
+        initial_state: str = "zero",
+        **options,
     ) -> "Embedder":
-        bilm = BiLM.from_original(options_file, weight_file, stateful=stateful)
-        return cls(bilm, name=f"elmo:{Path(weight_file).stem}", **options)
+        bilm = BiLM.from_original(options_file, weight_file, stateful=stateful, initial_state=initial_state)
+        suffix = "+warm" if initial_state == "warm" else ""
+        return cls(bilm, name=f"elmo:{Path(weight_file).stem}{suffix}", **options)
+
+    @property
+    def initial_state(self) -> str:
+        return self.bilm.initial_state
 
     @property
     def num_layers(self) -> int:
@@ -168,6 +198,20 @@ class Embedder:
     @property
     def stateful(self) -> bool:
         return self.bilm.stateful
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the outputs could: weights, configuration, precision, statefulness."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256(json.dumps(self.bilm.config.to_dict(), sort_keys=True).encode())
+            for name, tensor in sorted(self.bilm.state_dict().items()):
+                digest.update(name.encode())
+                digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+            digest.update(f"precision={self.bilm.precision};stateful={self.stateful}".encode())
+            if self.bilm.warm_h is not None:  # the initial state changes every output
+                digest.update(self.bilm.warm_h.cpu().numpy().tobytes() + self.bilm.warm_c.cpu().numpy().tobytes())
+            self._fingerprint = f"{self.name}:{digest.hexdigest()[:16]}"
+        return self._fingerprint
 
     def reset_states(self) -> None:
         self.bilm.reset_states()

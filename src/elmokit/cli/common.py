@@ -9,8 +9,10 @@ import sys
 from elmokit.formats import ModelFolderError, WeightFileError
 from elmokit.formats.embedding_hdf5 import InputFileError
 
+from elmokit.warm_state import WarmStateError
+
 # Errors that are the user's input, reported as one line without a traceback.
-USER_ERRORS = (InputFileError, WeightFileError, ModelFolderError, FileNotFoundError)
+USER_ERRORS = (InputFileError, WeightFileError, ModelFolderError, WarmStateError, FileNotFoundError)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +20,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default=None, help="'default', a native model folder, or a folder with options.json + weights.hdf5")
     group.add_argument("--options-file", default=None, help="original options.json (with --weight-file)")
     group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file)")
+    group.add_argument("--initial-state", choices=("zero", "warm"), default="zero",
+                       help="where every sentence's LSTM state starts: zero (default) or the model's warm state "
+                       "(warm_state.safetensors, written by `elmokit warm-state`)")
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +43,7 @@ def load_embedder(args: argparse.Namespace, *, stateful: bool = False, batch_siz
         "batch_size": batch_size,
         "precision": getattr(args, "precision", "fp32"),
         "token_cache_size": getattr(args, "token_cache", 20_000),
+        "initial_state": getattr(args, "initial_state", "zero"),
     }
     if (args.options_file is None) != (args.weight_file is None):
         raise ModelFolderError("--options-file and --weight-file go together")

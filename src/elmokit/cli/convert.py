@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,6 +26,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from elmokit.bilm import BiLM
     from elmokit.formats import CONFIG_NAME, resolve_model_path
+    from elmokit.io import atomic_path
+    from elmokit.warm_state import WARM_STATE_NAME
 
     source = resolve_model_path(args.source)
     target = args.to or ("original" if (source / CONFIG_NAME).exists() else "native")
@@ -34,5 +37,8 @@ def run(args: argparse.Namespace) -> int:
         bilm.save_pretrained(destination)
     else:
         bilm.save_original(destination)
+    if (source / WARM_STATE_NAME).exists():  # keyed by the parameters, so valid in either format
+        with atomic_path(destination / WARM_STATE_NAME) as tmp:
+            shutil.copyfile(source / WARM_STATE_NAME, tmp)
     print(f"elmokit convert: wrote {target} model to {destination}", file=sys.stderr)
     return 0

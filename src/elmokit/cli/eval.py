@@ -1,4 +1,4 @@
-"""`elmokit eval similarity|pos|ner`: evaluate any representation.
+"""`elmokit eval similarity|pos|ner|probe|wsd|sst`: evaluate any representation.
 
     elmokit eval similarity --vectors runs/static/sgns --vectors glove.6B.100d.txt --out sim.json
     elmokit eval pos --model default --epochs 3 --max-train-sentences 2000 --out pos.json
@@ -24,11 +24,14 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("eval", help="evaluate representations (word similarity and analogy)")
+    parser = subparsers.add_parser("eval", help="evaluate representations (similarity, analogy, probes, WSD, SST)")
     sub = parser.add_subparsers(dest="eval_command", metavar="BENCHMARK")
     _register_similarity(sub)
     _register_tagging(sub, "pos")
     _register_tagging(sub, "ner")
+    _register_probe(sub)
+    _register_wsd(sub)
+    _register_sst(sub)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
@@ -149,12 +152,6 @@ def _register_tagging(sub, task: str) -> None:
     p.set_defaults(func=lambda args: _run_reporting(f"eval {task}", run_tagging, args), task=task)
 
 
-def _run_reporting(command: str, func, args) -> int:
-    from elmokit.cli.common import run_reporting_errors
-
-    return run_reporting_errors(command, func, args)
-
-
 def run_tagging(args: argparse.Namespace) -> int:
     from elmokit.cli.common import apply_threads
     from elmokit.cli.tag import config_changes, load_representation, train_options
@@ -185,4 +182,182 @@ def run_tagging(args: argparse.Namespace) -> int:
                    "results": results}
         with atomic_path(out) as tmp:
             Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+# ---------------------------------------------------------------------- layer probes
+def _add_representation_arguments(parser) -> None:
+    from elmokit.cli.common import add_model_arguments
+
+    add_model_arguments(parser)
+    parser.add_argument("--vectors", default=None, metavar="DIR|FILE",
+                        help="evaluate a static table (run folder or word2vec/GloVe file) instead of an ELMo model")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per biLM batch")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+
+
+def _representation(args):
+    from elmokit.cli.common import apply_threads, load_embedder
+
+    apply_threads(args)
+    if args.vectors:
+        from elmokit.static.vectors import StaticVectors
+
+        if not Path(args.vectors).exists():
+            raise FileNotFoundError(f"--vectors {args.vectors}: no such file or folder")
+        return StaticVectors.load(args.vectors)
+    return load_embedder(args, batch_size=args.batch_size)
+
+
+def _write_json(path, payload) -> None:
+    from elmokit.io import atomic_path
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _register_probe(sub) -> None:
+    p = sub.add_parser(
+        "probe", help="linear POS probe on each layer (UD English-EWT; the paper's Table 6)",
+        description="For each layer, a softmax regression on the frozen token vectors of UD English-EWT train "
+        "(UPOS), weight decay chosen on dev, accuracy on test.",
+    )
+    _add_representation_arguments(p)
+    p.add_argument("--data-dir", default=None,
+                   help="folder with en_ewt-ud-{train,dev,test}.conllu (default: $ELMOKIT_SHARED/data/ud_english_ewt)")
+    p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences of each split")
+    p.add_argument("--weight-decays", default="0,1e-5,1e-4,1e-3", help="comma-separated L2 strengths tried on dev")
+    p.add_argument("--layers", default=None, help="comma-separated layers (default: all)")
+    p.add_argument("--max-iter", type=int, default=200, help="L-BFGS iterations per fit")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.set_defaults(func=lambda args: _run_reporting("eval probe", run_probe, args))
+
+
+def _run_reporting(command, func, args) -> int:
+    from elmokit.cli.common import run_reporting_errors
+
+    try:
+        return run_reporting_errors(command, func, args)
+    except ValueError as error:  # malformed data files: the message names file and line
+        print(f"elmokit {command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    import logging
+
+    from elmokit.evaluation.probe import format_probe_table, probe_layers, ud_ewt_splits
+
+    splits = ud_ewt_splits(args.data_dir, max_sentences=args.max_sentences)
+    rep = _representation(args)
+    layers = None if args.layers is None else [int(x) for x in args.layers.split(",")]
+    result = probe_layers(rep, splits["train"], splits["dev"], splits["test"],
+                          weight_decays=[float(x) for x in args.weight_decays.split(",")], layers=layers,
+                          max_iter=args.max_iter, log=logging.getLogger("elmokit.probe").info)
+    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
+    print(format_probe_table(result))
+    if args.out:
+        _write_json(args.out, result)
+    return 0
+
+
+# ---------------------------------------------------------------------- word sense disambiguation
+def _register_wsd(sub) -> None:
+    p = sub.add_parser(
+        "wsd", help="1-nearest-neighbour WSD per layer (SemCor -> Raganato ALL; the paper's Table 5)",
+        description="Sense vectors are SemCor means of each layer; a test word takes its lemma's sense with the "
+        "highest cosine; lemmas unseen in SemCor back off to the WordNet first sense.",
+    )
+    _add_representation_arguments(p)
+    p.add_argument("--data-dir", default=None,
+                   help="the wsd folder with semcor30.tsv and Evaluation_Datasets/ (default: $ELMOKIT_SHARED/data/wsd)")
+    p.add_argument("--test", default="ALL", help="evaluation set under Evaluation_Datasets/ (ALL, senseval2, ...)")
+    p.add_argument("--wordnet", default=None,
+                   help="WordNet 3.0 index.sense, its folder, or wordnet-3.0.tar.xz (default: $ELMOKIT_SHARED/data/wordnet3.0)")
+    p.add_argument("--max-semcor-sentences", type=int, default=None, help="use only the first N SemCor sentences")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.set_defaults(func=lambda args: _run_reporting("eval wsd", run_wsd, args))
+
+
+def run_wsd(args: argparse.Namespace) -> int:
+    from elmokit.evaluation.word_similarity import shared_dir
+    from elmokit.evaluation.wsd import (evaluate_wsd, format_wsd_table, read_first_senses, read_gold_keys,
+                                        read_raganato_xml, read_semcor_tsv)
+
+    folder = Path(args.data_dir) if args.data_dir else shared_dir() / "data" / "wsd"
+    wordnet = Path(args.wordnet) if args.wordnet else shared_dir() / "data" / "wordnet3.0" / "wordnet-3.0.tar.xz"
+    test_dir = folder / "Evaluation_Datasets" / args.test
+    for path in (folder / "semcor30.tsv", test_dir / f"{args.test}.data.xml", test_dir / f"{args.test}.gold.key.txt"):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
+    first_senses = read_first_senses(wordnet)
+    test = read_raganato_xml(test_dir / f"{args.test}.data.xml")
+    gold = read_gold_keys(test_dir / f"{args.test}.gold.key.txt")
+    semcor = read_semcor_tsv(folder / "semcor30.tsv", max_sentences=args.max_semcor_sentences)
+    rep = _representation(args)
+    result = evaluate_wsd(rep, semcor, test, gold, first_senses)
+    result["test_set"] = args.test
+    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
+    print(format_wsd_table(result, args.test))
+    if args.out:
+        _write_json(args.out, result)
+    return 0
+
+
+# ---------------------------------------------------------------------- SST
+def add_classifier_training_arguments(p) -> None:
+    p.add_argument("--epochs", type=int, default=10, help="training epochs (the best on dev is kept)")
+    p.add_argument("--train-batch-size", type=int, default=32, help="sentences per training step")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    p.add_argument("--word-dim", type=int, default=50, help="size of the learned word vectors x_k")
+    p.add_argument("--hidden-dim", type=int, default=64, help="BiLSTM hidden size per direction")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout on the BiLSTM input and the pooled vector")
+    p.add_argument("--mix-l2", type=float, default=0.001, help="lambda of the L2 penalty on the layer weights")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+
+
+def classifier_training_options(args) -> dict:
+    return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": args.lr,
+            "word_dim": args.word_dim, "hidden_dim": args.hidden_dim, "dropout": args.dropout,
+            "mix_l2": args.mix_l2, "seed": args.seed}
+
+
+def _register_sst(sub) -> None:
+    p = sub.add_parser(
+        "sst", help="SST-5 / SST-2 sentence classification with and without ELMo",
+        description="A BiLSTM classifier on [x_k; ELMo_k] (or x_k alone), trained on the root labels of the SST "
+        "train trees, best epoch on dev, accuracy on test.",
+    )
+    _add_representation_arguments(p)
+    p.add_argument("--data-dir", default=None, help="the SST trees folder (default: $ELMOKIT_SHARED/data/sst/trees)")
+    p.add_argument("--tasks", default="sst5,sst2", help="comma-separated: sst5, sst2")
+    p.add_argument("--variants", default="baseline,elmo", help="comma-separated: baseline (no ELMo), elmo")
+    p.add_argument("--max-train", type=int, default=None, help="use only the first N training trees")
+    p.add_argument("--cache-dir", default=None, help="keep the feature caches here (default: a temporary folder)")
+    add_classifier_training_arguments(p)
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.set_defaults(func=lambda args: _run_reporting("eval sst", run_sst, args))
+
+
+def run_sst(args: argparse.Namespace) -> int:
+    import logging
+
+    from elmokit.evaluation.sst import evaluate_sst, format_sst_table
+
+    tasks = [t for t in args.tasks.split(",") if t]
+    variants = [v for v in args.variants.split(",") if v]
+    for name, given, allowed in (("--tasks", tasks, {"sst5", "sst2"}), ("--variants", variants, {"baseline", "elmo"})):
+        if not given or set(given) - allowed:
+            print(f"elmokit eval sst: error: {name} takes {', '.join(sorted(allowed))}", file=sys.stderr)
+            return 2
+    rep = _representation(args)
+    result = evaluate_sst(rep, data_dir=args.data_dir, tasks=tasks, variants=variants, cache_dir=args.cache_dir,
+                          max_train=args.max_train, log=logging.getLogger("elmokit.sst").info,
+                          **classifier_training_options(args))
+    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
+    print(format_sst_table(result))
+    if args.out:
+        _write_json(args.out, result)
     return 0

@@ -11,7 +11,8 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `elmokit --help` lists them.
-SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "perplexity", "static", "tag", "eval"]
+SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "perplexity", "static", "tag", "eval", "classify", "neighbors",
+                      "warm_state"]
 
 
 def build_parser() -> argparse.ArgumentParser:

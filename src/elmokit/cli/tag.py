@@ -69,7 +69,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--seed", type=int, default=0, help="random seed")
     train.add_argument("--max-train-sentences", type=int, default=None, help="use only the first N training sentences")
     train.add_argument("--cache-dir", default=None,
-                       help="keep the frozen features in this folder (reused across runs); default: in memory")
+                       help="keep the frozen feature caches here (reused across runs; default: a temporary folder)")
     add_threads_argument(parser)
 
 

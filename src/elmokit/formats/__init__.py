@@ -40,8 +40,10 @@ def find_original_files(directory: Path) -> tuple[Path, Path] | None:
     return options, candidates[0]
 
 
-def load_bilm(path: str | os.PathLike = "default", *, stateful: bool = False):
-    """A BiLM from a shipped model name, a native folder, or an original-format folder."""
+def load_bilm(path: str | os.PathLike = "default", *, stateful: bool = False, initial_state: str = "zero"):
+    """A BiLM from a shipped model name, a native folder, or an original-format folder.
+
+    ``initial_state="warm"`` also reads the folder's ``warm_state.safetensors`` (``elmokit.warm_state``)."""
     from elmokit.bilm import BiLM
 
     directory = resolve_model_path(path)
@@ -54,11 +56,11 @@ def load_bilm(path: str | os.PathLike = "default", *, stateful: bool = False):
         from elmokit.formats.native import read_native
 
         config, state = read_native(directory)
-        return BiLM.from_state(config, state, stateful=stateful)
+        return BiLM.from_state(config, state, stateful=stateful).load_initial_state(initial_state, directory)
     original = find_original_files(directory)
     if original is None:
         raise ModelFolderError(f"{directory}: neither config.json nor options.json found")
-    return BiLM.from_original(*original, stateful=stateful)
+    return BiLM.from_original(*original, stateful=stateful).load_initial_state(initial_state, directory)
 
 
 __all__ = ["ModelFolderError", "WeightFileError", "load_bilm", "resolve_model_path", "shipped_model_path"]

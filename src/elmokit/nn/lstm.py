@@ -30,6 +30,7 @@ from torch import nn
 from elmokit.nn.functional import PreparedWeight, can_prepare, invariant_linear, sigmoid, sigmoid_
 
 FORGET_BIAS = 1.0
+INPUT_CHUNK_ROWS = 512  # rows per hoisted input product in inference (memory vs GEMM shape)
 
 
 class ProjectedLSTM(nn.Module):
@@ -126,13 +127,20 @@ class ProjectedLSTM(nn.Module):
             state = (state[0][order], state[1][order]) if state is not None else None
         h, c = (state[0].clone(), state[1].clone()) if state is not None else self.zero_state(batch_size, inputs)
         input_weights, hidden_weights, projection_weights = self._inference_weights()
-        input_gates = input_weights(inputs)  # (B, T, 4D) in (i, f, o, j) order
         outputs = inputs.new_zeros(batch_size, num_steps, P)
         active_rows = (lengths.unsqueeze(0) > torch.arange(num_steps, device=lengths.device).unsqueeze(1)).sum(1).tolist()
+        chunk_start, chunk_end = 0, 0
         for t, active in enumerate(active_rows):
             if active == 0:
                 break
-            gates = hidden_weights(h[:active]).add_(input_gates[:active, t])  # (b, 4D)
+            if t == chunk_end:
+                # The input half of the gates, hoisted out of the loop for a chunk of steps at a
+                # time (~INPUT_CHUNK_ROWS rows): one well-shaped product, a bounded buffer instead
+                # of (B, T, 4D), and no work on rows that have already ended. Rows are computed
+                # independently (functional.py), so chunking changes no bit.
+                chunk_start, chunk_end = t, min(num_steps, t + max(1, INPUT_CHUNK_ROWS // active))
+                input_gates = input_weights(inputs[:active, chunk_start:chunk_end])  # (b, k, 4D), (i, f, o, j)
+            gates = hidden_weights(h[:active]).add_(input_gates[:active, t - chunk_start])  # (b, 4D)
             sigmoid_(gates[:, : 3 * D])
             in_gate, forget_gate, out_gate = gates[:, :D], gates[:, D : 2 * D], gates[:, 2 * D : 3 * D]
             candidate = gates[:, 3 * D :].tanh_()

@@ -220,8 +220,8 @@ class TaggerModel(nn.Module):
 
 
 class InMemoryFeatures:
-    """The representation's layers of every sentence, computed once and kept (the stand-in for
-    ``elmokit.tasks.features.FeatureCache``, same ``batch`` interface)."""
+    """The ``FeatureCache.batch`` surface over arrays held in memory (representations that cannot
+    be fingerprinted, such as test fakes)."""
 
     def __init__(self, arrays: Sequence[np.ndarray]) -> None:
         self.arrays = list(arrays)
@@ -245,21 +245,22 @@ def pad_features(arrays: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tens
     return torch.from_numpy(out), torch.from_numpy(mask)
 
 
-def feature_source(representation, sentences: Sequence[Sequence[str]], cache_dir: str | os.PathLike | None = None):
-    """Frozen features of ``sentences``: the shared FeatureCache when present and a cache folder is
-    given, else computed once and held in memory."""
-    if cache_dir is not None:
-        try:
-            from elmokit.tasks.features import FeatureCache
-        except ImportError:
-            logger.info("feature cache not available in this installation; holding features in memory")
-        else:
-            return FeatureCache.for_dataset(representation, sentences, cache_dir)
+def feature_source(representation, sentences: Sequence[Sequence[str]], cache_dir: str | os.PathLike):
+    """Frozen features of ``sentences``: a ``FeatureCache`` under ``cache_dir`` (built once, memory-mapped,
+    reused by later runs on the same data and model), or arrays in memory for a representation
+    without a fingerprint."""
+    from elmokit.tasks.features import FeatureCache, representation_fingerprint
+
     started = time.perf_counter()
-    arrays = representation.embed(sentences)
-    logger.info("features: %d sentences embedded with %s in %.1fs", len(sentences), representation.name,
+    try:
+        representation_fingerprint(representation)
+    except TypeError:
+        source = InMemoryFeatures(representation.embed(sentences))
+    else:
+        source = FeatureCache.for_dataset(representation, sentences, cache_dir)
+    logger.info("features: %d sentences from %s in %.1fs", len(sentences), representation.name,
                 time.perf_counter() - started)
-    return InMemoryFeatures(arrays)
+    return source
 
 
 def load_representation(spec: dict, base: Path | None = None):
@@ -517,9 +518,15 @@ def train_tagger(
 ) -> SequenceTagger:
     """Train on ``train``, keep the epoch with the best dev score (accuracy for POS, span F1 for
     NER), stop after ``patience`` epochs without improvement. Returns the best tagger with
-    ``history`` (one dict per epoch)."""
-    options = options or TrainOptions()
-    log = log or logger.info
+    ``history`` (one dict per epoch). Frozen features are cached under ``cache_dir`` (default: a
+    temporary folder removed afterwards)."""
+    with contextlib.ExitStack() as stack:
+        if cache_dir is None:
+            cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="elmokit-tag-features-"))
+        return _fit(train, dev, config, representation, options or TrainOptions(), cache_dir, log or logger.info)
+
+
+def _fit(train, dev, config, representation, options, cache_dir, log) -> SequenceTagger:
     torch.manual_seed(options.seed)
     rng = random.Random(options.seed)
     if config.elmo != "none" and representation is None:

@@ -1,0 +1,413 @@
+"""A sentence classifier with ELMo (Peters et al. 2018, section 3.3), and SST reading.
+
+The model, in data-flow order (legend: B batch, T tokens, L layers, D representation dim,
+E word-vector dim, H LSTM hidden size, K labels):
+
+    x_k       learned word vectors                          (B, T, E)
+    ELMo_k    gamma * sum_j softmax(w)_j h_{k,j}  (eq. 1)   (B, T, D)   from frozen, cached layers
+    [x_k; ELMo_k] -> dropout -> BiLSTM                      (B, T, 2H)
+    max and mean over the real tokens, concatenated         (B, 4H)
+    dropout -> linear                                       (B, K)
+
+trained with cross-entropy plus the paper's lambda * ||w||^2 on the mix weights (lambda = 0.001).
+``use_elmo=False`` is the baseline without ELMo (word vectors only). Deviation, stated: the
+paper's SST model is the BCN of McCann et al. (2017) with GloVe and CoVe inputs; this is the
+simpler BiLSTM + pooling classifier, with word vectors learned from scratch.
+
+SST (Socher et al. 2013): PTB-style trees ``(3 (2 It) (4 ...))``; the sentence is the leaves,
+its label the root's. Only whole sentences (roots) are used for training, not the phrase labels.
+SST-5 keeps labels 0-4; SST-2 drops neutral (2) and maps 0, 1 -> negative, 3, 4 -> positive.
+
+A saved model is a folder: ``config.json`` (format_version, sizes, labels' count, the
+representation to embed with), ``model.safetensors``, ``labels.json``, ``vocab.txt``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from elmokit.nn.scalar_mix import ScalarMix
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+PAD, UNK = "<pad>", "<unk>"
+# Table 1 of Peters et al. (2018), SST-5 test accuracy: BCN baseline and BCN + ELMo.
+PAPER_SST5 = {"baseline": 51.4, "elmo": 54.7}
+
+
+class TreeError(ValueError):
+    """A malformed SST tree; the message names the file and line."""
+
+
+# ---------------------------------------------------------------------- SST
+_TREE_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+_PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+
+
+def _unescape(word: str) -> str:
+    """PTB escapes back to text: -LRB- -> (, 1\\/2 -> 1/2, \\* -> *."""
+    return _PTB_BRACKETS.get(word, word.replace("\\/", "/").replace("\\*", "*"))
+
+
+def parse_tree(text: str) -> tuple[int, list[str]]:
+    """``(3 (2 It) (4 works))`` -> (3, ["It", "works"]). Raises ValueError saying what is wrong."""
+    tokens = _TREE_TOKEN.findall(text)
+    position = 0
+    leaves: list[str] = []
+
+    def node() -> int:
+        nonlocal position
+        if position >= len(tokens) or tokens[position] != "(":
+            raise ValueError(f"expected '(' at token {position + 1}")
+        label_text = tokens[position + 1] if position + 1 < len(tokens) else ""
+        if not label_text.isdigit():
+            raise ValueError(f"expected a numeric label after '(' at token {position + 1}, found {label_text!r}")
+        position += 2
+        if position < len(tokens) and tokens[position] not in ("(", ")"):
+            # a leaf; a few SST leaves hold several words ("8 1\/2"): each becomes a token
+            while position < len(tokens) and tokens[position] not in ("(", ")"):
+                leaves.append(_unescape(tokens[position]))
+                position += 1
+        else:
+            children = 0
+            while position < len(tokens) and tokens[position] == "(":
+                node()
+                children += 1
+            if children == 0:
+                raise ValueError(f"node with label {label_text} has neither a word nor children")
+        if position >= len(tokens) or tokens[position] != ")":
+            raise ValueError(f"missing ')' at token {position + 1}")
+        position += 1
+        return int(label_text)
+
+    label = node()
+    if position != len(tokens):
+        raise ValueError(f"text after the tree's closing ')' at token {position + 1}")
+    return label, leaves
+
+
+def read_sst(path: str | os.PathLike) -> tuple[list[list[str]], list[int]]:
+    """One tree per line -> (sentences, root labels 0-4)."""
+    sentences, labels = [], []
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                label, leaves = parse_tree(line)
+            except ValueError as error:
+                raise TreeError(f"{path}:{line_number}: malformed tree: {error}") from None
+            if not 0 <= label <= 4:
+                raise TreeError(f"{path}:{line_number}: root label {label} is not a sentiment 0-4")
+            sentences.append(leaves)
+            labels.append(label)
+    return sentences, labels
+
+
+SST5_LABELS = ("very negative", "negative", "neutral", "positive", "very positive")
+SST2_LABELS = ("negative", "positive")
+
+
+def sst_task(sentences: list[list[str]], labels: list[int], *, binary: bool) -> tuple[list[int], list[str]]:
+    """(indices kept, label names) for SST-5 (all) or SST-2 (neutral dropped, 0-1 neg, 3-4 pos)."""
+    if not binary:
+        return list(range(len(sentences))), [SST5_LABELS[y] for y in labels]
+    kept = [i for i, y in enumerate(labels) if y != 2]
+    return kept, [SST2_LABELS[int(labels[i] > 2)] for i in kept]
+
+
+def read_labelled_tsv(path: str | os.PathLike) -> tuple[list[list[str]], list[str]]:
+    """``label <TAB> whitespace-tokenised sentence`` per line."""
+    sentences, labels = [], []
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            label, tab, text = line.rstrip("\r\n").partition("\t")
+            if not tab or not label or not text.split():
+                raise TreeError(f"{path}:{line_number}: expected 'label<TAB>sentence'")
+            sentences.append(text.split())
+            labels.append(label)
+    return sentences, labels
+
+
+# ---------------------------------------------------------------------- features
+class InMemoryFeatures:
+    """The ``FeatureCache.batch`` surface over arrays already in memory (tests, prediction)."""
+
+    def __init__(self, arrays: Sequence[np.ndarray]):
+        self.arrays = list(arrays)
+
+    def __len__(self):
+        return len(self.arrays)
+
+    def batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        first = self.arrays[indices[0]]
+        width = max(self.arrays[i].shape[1] for i in indices)
+        out = np.zeros((len(indices), first.shape[0], width, first.shape[2]), dtype=np.float32)
+        mask = np.zeros((len(indices), width), dtype=bool)
+        for row, i in enumerate(indices):
+            n = self.arrays[i].shape[1]
+            out[row, :, :n] = self.arrays[i]
+            mask[row, :n] = True
+        return torch.from_numpy(out), torch.from_numpy(mask)
+
+
+class FeatureSubset:
+    """Rows ``indices`` of a feature source (SST-2 is a subset of the SST-5 sentences)."""
+
+    def __init__(self, source, indices: Sequence[int]):
+        self.source, self.indices = source, list(indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+    def batch(self, indices: Sequence[int]):
+        return self.source.batch([self.indices[i] for i in indices])
+
+
+# ---------------------------------------------------------------------- the model
+@dataclass(frozen=True, kw_only=True)
+class ClassifierConfig:
+    num_labels: int
+    vocab_size: int
+    use_elmo: bool = True
+    elmo_layers: int = 0  # L of the representation (0 without ELMo)
+    elmo_dim: int = 0  # D of the representation
+    word_dim: int = 50
+    hidden_dim: int = 64
+    dropout: float = 0.5
+    mix_l2: float = 0.001  # the paper's lambda on the scalar-mix weights
+    representation: str | None = None  # how to load the representation for predict ('default', a folder)
+    format_version: int = FORMAT_VERSION
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ClassifierConfig":
+        version = values.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(f"classifier config format_version {version!r}; this elmokit reads {FORMAT_VERSION}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"classifier config has unknown fields {unknown}")
+        return cls(**values)
+
+
+class SentenceClassifier(nn.Module):
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.word_embedding = nn.Embedding(config.vocab_size, config.word_dim, padding_idx=0)
+        self.scalar_mix = ScalarMix(config.elmo_layers) if config.use_elmo else None
+        self.dropout = nn.Dropout(config.dropout)
+        input_dim = config.word_dim + (config.elmo_dim if config.use_elmo else 0)
+        self.encoder = nn.LSTM(input_dim, config.hidden_dim, batch_first=True, bidirectional=True)
+        self.output = nn.Linear(4 * config.hidden_dim, config.num_labels)
+
+    def forward(self, word_ids: torch.Tensor, mask: torch.Tensor, layers: torch.Tensor | None = None) -> torch.Tensor:
+        """word_ids (B, T) int64, mask (B, T) bool, layers (B, L, T, D) frozen features -> logits (B, K)."""
+        inputs = self.word_embedding(word_ids)  # (B, T, E)
+        if self.scalar_mix is not None:
+            if layers is None:
+                raise ValueError("this classifier uses ELMo: pass the representation's layers")
+            elmo = self.scalar_mix(layers.transpose(0, 1), mask)  # (B, T, D), eq. 1
+            inputs = torch.cat([inputs, elmo], dim=-1)  # [x_k; ELMo_k]
+        inputs = self.dropout(inputs)
+        lengths = mask.sum(dim=1).clamp_min(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        encoded, _ = self.encoder(packed)
+        encoded, _ = nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=mask.shape[1])  # (B, T, 2H)
+        keep = mask.unsqueeze(-1)  # (B, T, 1)
+        max_pool = encoded.masked_fill(~keep, float("-inf")).max(dim=1).values
+        mean_pool = (encoded * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1)
+        pooled = torch.cat([max_pool, mean_pool], dim=-1)  # (B, 4H)
+        return self.output(self.dropout(pooled))
+
+    def penalty(self) -> torch.Tensor:
+        """lambda * ||w||^2 on the mix weights (0 without ELMo)."""
+        if self.scalar_mix is None:
+            return torch.zeros(())
+        return self.scalar_mix.l2_penalty(self.config.mix_l2)
+
+    def layer_weights(self) -> dict | None:
+        """The learned softmax(w) per layer and gamma (None without ELMo)."""
+        if self.scalar_mix is None:
+            return None
+        return {"weights": [float(w) for w in self.scalar_mix.weights().detach()],
+                "gamma": float(self.scalar_mix.gamma.detach())}
+
+
+# ---------------------------------------------------------------------- training and prediction
+class WordVocabulary:
+    def __init__(self, words: Sequence[str]):
+        if list(words[:2]) != [PAD, UNK]:
+            raise ValueError(f"a word vocabulary starts with {PAD!r}, {UNK!r}")
+        self.words = list(words)
+        self.index = {w: i for i, w in enumerate(self.words)}
+
+    @classmethod
+    def from_sentences(cls, sentences: Sequence[Sequence[str]]) -> "WordVocabulary":
+        seen = dict.fromkeys(w for s in sentences for w in s)
+        return cls([PAD, UNK] + sorted(seen))
+
+    def ids(self, sentences: Sequence[Sequence[str]], indices: Sequence[int]) -> torch.Tensor:
+        """(B, T) ids zero-padded; unknown words -> UNK."""
+        width = max((len(sentences[i]) for i in indices), default=0)
+        out = torch.zeros(len(indices), width, dtype=torch.long)
+        for row, i in enumerate(indices):
+            out[row, : len(sentences[i])] = torch.tensor([self.index.get(w, 1) for w in sentences[i]], dtype=torch.long)
+        return out
+
+
+@dataclass
+class Classifier:
+    """A trained model with what it needs to read text: the vocabulary and the label names."""
+
+    model: SentenceClassifier
+    vocabulary: WordVocabulary
+    labels: list[str]
+
+    def logits(self, sentences: Sequence[Sequence[str]], features=None, *, batch_size: int = 64) -> torch.Tensor:
+        """(N, K) for ``sentences``; ``features`` gives ``.batch(indices)`` aligned with them."""
+        self.model.eval()
+        outputs = []
+        with torch.no_grad():
+            for start in range(0, len(sentences), batch_size):
+                indices = list(range(start, min(start + batch_size, len(sentences))))
+                word_ids = self.vocabulary.ids(sentences, indices)
+                mask = _mask(sentences, indices, word_ids.shape[1])
+                layers = None
+                if self.model.scalar_mix is not None:
+                    layers, feature_mask = features.batch(indices)
+                    if not torch.equal(feature_mask, mask):
+                        raise ValueError("the features do not line up with the sentences (token counts differ)")
+                outputs.append(self.model(word_ids, mask, layers))
+        return torch.cat(outputs) if outputs else torch.zeros(0, len(self.labels))
+
+    def accuracy(self, sentences, labels: Sequence[str], features=None) -> float:
+        predicted = self.logits(sentences, features).argmax(dim=1).tolist()
+        return 100 * float(np.mean([self.labels[p] == y for p, y in zip(predicted, labels)])) if labels else float("nan")
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed."""
+        import shutil
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+        try:
+            (staging / "config.json").write_text(json.dumps(self.model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
+            save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(staging / "model.safetensors"))
+            (staging / "labels.json").write_text(json.dumps(self.labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            (staging / "vocab.txt").write_text("".join(w + "\n" for w in self.vocabulary.words), encoding="utf-8")
+            if directory.exists():
+                shutil.rmtree(directory)
+            os.replace(staging, directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "Classifier":
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        for name in ("config.json", "model.safetensors", "labels.json", "vocab.txt"):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"{directory}: not a saved classifier (no {name})")
+        config = ClassifierConfig.from_dict(json.loads((directory / "config.json").read_text(encoding="utf-8")))
+        model = SentenceClassifier(config)
+        model.load_state_dict(load_file(str(directory / "model.safetensors")))
+        labels = json.loads((directory / "labels.json").read_text(encoding="utf-8"))
+        words = (directory / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        if len(labels) != config.num_labels or len(words) != config.vocab_size:
+            raise ValueError(f"{directory}: labels.json/vocab.txt do not match config.json's sizes")
+        return cls(model.eval(), WordVocabulary(words), labels)
+
+
+def train_classifier(
+    train: tuple[Sequence[Sequence[str]], Sequence[str]],
+    dev: tuple[Sequence[Sequence[str]], Sequence[str]],
+    *,
+    train_features=None,
+    dev_features=None,
+    use_elmo: bool = True,
+    elmo_layers: int = 0,
+    elmo_dim: int = 0,
+    epochs: int = 10,
+    batch_size: int = 32,
+    learning_rate: float = 1e-3,
+    seed: int = 0,
+    representation: str | None = None,
+    log=None,
+    **model_options,
+) -> tuple[Classifier, list[dict]]:
+    """Adam on cross-entropy + the mix penalty; the epoch with the best dev accuracy is kept.
+
+    ``train``/``dev``: (sentences, label names); ``*_features``: ``.batch(indices)`` sources
+    (a ``FeatureCache``) aligned with the sentences, needed when ``use_elmo``. Returns the
+    classifier and per-epoch history (loss, dev accuracy, layer weights).
+    """
+    torch.manual_seed(seed)
+    generator = np.random.default_rng(seed)
+    labels = sorted(set(train[1]))
+    label_index = {y: i for i, y in enumerate(labels)}
+    vocabulary = WordVocabulary.from_sentences(train[0])
+    config = ClassifierConfig(num_labels=len(labels), vocab_size=len(vocabulary.words), use_elmo=use_elmo,
+                              elmo_layers=elmo_layers if use_elmo else 0, elmo_dim=elmo_dim if use_elmo else 0,
+                              representation=representation if use_elmo else None, **model_options)
+    classifier = Classifier(SentenceClassifier(config), vocabulary, labels)
+    model = classifier.model
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    targets = torch.tensor([label_index[y] for y in train[1]], dtype=torch.long)
+    sentences = train[0]
+    history, best = [], None
+    for epoch in range(1, epochs + 1):
+        model.train()
+        order = generator.permutation(len(sentences))
+        total = 0.0
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size].tolist()
+            word_ids = vocabulary.ids(sentences, indices)
+            mask = _mask(sentences, indices, word_ids.shape[1])
+            layers = train_features.batch(indices)[0] if use_elmo else None
+            loss = nn.functional.cross_entropy(model(word_ids, mask, layers), targets[indices]) + model.penalty()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(indices)
+        dev_accuracy = classifier.accuracy(dev[0], dev[1], dev_features)
+        record = {"epoch": epoch, "train_loss": total / len(sentences), "dev_accuracy": dev_accuracy,
+                  "layer_weights": model.layer_weights()}
+        history.append(record)
+        if log:
+            log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev accuracy {dev_accuracy:.2f}")
+        if best is None or dev_accuracy > best[0]:
+            best = (dev_accuracy, copy.deepcopy(model.state_dict()))
+    model.load_state_dict(best[1])
+    model.eval()
+    return classifier, history
+
+
+def _mask(sentences, indices, width) -> torch.Tensor:
+    lengths = torch.tensor([len(sentences[i]) for i in indices])
+    return torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
