@@ -1,6 +1,12 @@
-"""`elmokit eval similarity`: word similarity (Spearman) and analogy (3CosAdd) for any representation.
+"""`elmokit eval similarity|pos|ner|probe|wsd|sst`: evaluate any representation.
 
     elmokit eval similarity --vectors runs/static/sgns --vectors glove.6B.100d.txt --out sim.json
+    elmokit eval pos --model default --epochs 3 --max-train-sentences 2000 --out pos.json
+    elmokit eval ner --vectors runs/static/sgns --datasets wnut17 --out ner.json
+
+similarity: word similarity (Spearman) and analogy (3CosAdd).
+pos / ner: a BiLSTM-CRF tagger trained with the representation and without it (UPOS accuracy on
+UD English-EWT; strict span F1 on WikiANN-en, WNUT-17 and CoNLL-2003 when present).
 
 ``--vectors`` takes a run folder of `elmokit static train` or a word2vec/GloVe file (text with or
 without header, or binary); repeat it to compare several in one table. ``--model`` loads an ELMo
@@ -21,6 +27,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("eval", help="evaluate representations (similarity, analogy, probes, WSD, SST)")
     sub = parser.add_subparsers(dest="eval_command", metavar="BENCHMARK")
     _register_similarity(sub)
+    _register_tagging(sub, "pos")
+    _register_tagging(sub, "ner")
     _register_probe(sub)
     _register_wsd(sub)
     _register_sst(sub)
@@ -117,6 +125,61 @@ def run_similarity(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         payload = results[0] if len(results) == 1 else {"results": results}
+        with atomic_path(out) as tmp:
+            Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
+def _register_tagging(sub, task: str) -> None:
+    from elmokit.cli.tag import add_model_arguments, add_representation_arguments
+    from elmokit.evaluation.tagging import NER_DATASETS, POS_DATASETS
+
+    datasets = POS_DATASETS if task == "pos" else NER_DATASETS
+    what = ("UPOS accuracy on UD English-EWT test" if task == "pos" else
+            "span F1 (seqeval strict mode, IOB2) on WikiANN-en, WNUT-17 and CoNLL-2003 (when present)")
+    p = sub.add_parser(task, help=f"{what}, tagger with and without the representation",
+                       description=f"{what}. A BiLSTM-CRF is trained with the representation (learned scalar mix "
+                       "of its layers) and without it (the baseline), early-stopped on dev; the JSON holds dev and "
+                       "test scores and the learned layer weights softmax(w) and gamma.")
+    add_representation_arguments(p, allow_none=False)
+    p.add_argument("--datasets", default=",".join(datasets), help=f"comma-separated, from: {', '.join(datasets)}")
+    p.add_argument("--no-baseline", action="store_true", help="skip the tagger without the representation")
+    p.add_argument("--max-eval-sentences", type=int, default=None, help="use only the first N dev and test sentences")
+    p.add_argument("--data-dir", default=None, help="the folder holding the data sets (default: $ELMOKIT_SHARED/data "
+                   "or ../shared/data)")
+    add_model_arguments(p)
+    p.add_argument("--out", default=None, help="write all results as JSON here")
+    p.set_defaults(func=lambda args: _run_reporting(f"eval {task}", run_tagging, args), task=task)
+
+
+def run_tagging(args: argparse.Namespace) -> int:
+    from elmokit.cli.common import apply_threads
+    from elmokit.cli.tag import config_changes, load_representation, train_options
+    from elmokit.evaluation.tagging import format_table, run_benchmark
+    from elmokit.io import atomic_path
+    from elmokit.tasks.data import TaggingDataError
+
+    apply_threads(args)
+    try:
+        representation, spec = load_representation(args)
+        results = run_benchmark(
+            [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
+            baseline=not args.no_baseline, options=train_options(args),
+            config_changes={**config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
+            max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
+            data_dir=args.data_dir, cache_dir=args.cache_dir,
+        )
+    except (TaggingDataError, ValueError) as error:
+        print(f"elmokit eval {args.task}: error: {error}", file=sys.stderr)
+        return 2
+    metric = "UPOS token accuracy" if args.task == "pos" else "span F1, seqeval strict mode (IOB2)"
+    print(f"{metric}, in %; best epoch by dev score")
+    print(format_table(results))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"benchmark": args.task, "metric": metric, "command": ["elmokit"] + list(getattr(args, "argv", [])),
+                   "results": results}
         with atomic_path(out) as tmp:
             Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0

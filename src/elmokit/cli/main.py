@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `elmokit --help` lists them.
-SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "perplexity", "static", "eval", "classify", "neighbors",
+SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "perplexity", "static", "tag", "eval", "classify", "neighbors",
                       "warm_state"]
 
 
