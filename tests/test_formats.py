@@ -130,13 +130,3 @@ def test_version_1_config_without_dropout_loads_with_dropout_zero(tmp_path, tiny
     del config["dropout"]
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     assert BiLM.from_pretrained(tmp_path / "m").config.dropout == 0.0
-
-
-def test_shipped_default_model_is_the_allennlp_fixture():
-    """The placeholder default is the allennlp test model, converted exactly."""
-    root = need_shared("fixtures", "allennlp")
-    shipped = BiLM.from_pretrained("default").state_dict()
-    reference = BiLM.from_original(root / "options.json", root / "lm_weights.hdf5").state_dict()
-    assert shipped.keys() == reference.keys()
-    for name in shipped:
-        assert torch.equal(shipped[name], reference[name]), name
