@@ -58,7 +58,8 @@ def steps(model: str, out: Path, threads: int, initial_states: list[str]) -> dic
 def run_steps(args) -> None:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = steps(args.model, out, args.threads, args.initial_states.split(","))
+    # commands run in the repository root and name paths relative to it (they are recorded)
+    table = steps(args.model, Path(os.path.relpath(out, REPO)), args.threads, args.initial_states.split(","))
     wanted = list(table) if args.steps == "all" else args.steps.split(",")
     for name in wanted:
         if name not in table:
