@@ -1,10 +1,9 @@
 """Linear POS probe: the layer that carries the tag is found, the others sit at chance; CoNLL-U reading."""
 
 import numpy as np
-import pytest
 import torch
 
-from elmokit.evaluation.probe import ConlluError, fit_softmax_regression, probe_layers, read_conllu
+from elmokit.evaluation.probe import fit_softmax_regression, probe_layers
 from probe_testkit import OneLayerSignal
 
 NUM_TAGS = 4
@@ -50,27 +49,3 @@ def test_softmax_regression_matches_sklearn_on_separable_data():
     np.testing.assert_allclose(ours - ours.mean(1, keepdims=True), theirs - theirs.mean(1, keepdims=True), atol=2e-3)
 
 
-def test_read_conllu_skips_ranges_and_empty_nodes(tmp_path):
-    path = tmp_path / "x.conllu"
-    path.write_text(
-        "# sent_id = 1\n"
-        "1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n"
-        "1\tdo\tdo\tAUX\tVBP\t_\t3\taux\t_\t_\n"
-        "2\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_\t_\n"
-        "2.1\tgo\tgo\tVERB\tVB\t_\t_\t_\t_\t_\n"
-        "3\tgo\tgo\tVERB\tVB\t_\t0\troot\t_\t_\n"
-        "\n"
-        "1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n",
-        encoding="utf-8",
-    )
-    sentences, tags = read_conllu(path)
-    assert sentences == [["do", "n't", "go"], ["Hi"]]
-    assert tags == [["AUX", "PART", "VERB"], ["INTJ"]]
-    assert read_conllu(path, column=4)[1] == [["VBP", "RB", "VB"], ["UH"]]
-
-
-def test_read_conllu_error_names_file_and_line(tmp_path):
-    path = tmp_path / "bad.conllu"
-    path.write_text("1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n2\tthere only five\t_\t_\t_\n", encoding="utf-8")
-    with pytest.raises(ConlluError, match=r"bad\.conllu:2: expected 10 tab-separated fields, found 5"):
-        read_conllu(path)

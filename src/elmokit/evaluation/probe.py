@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from elmokit.evaluation.token_features import stack_token_features
@@ -30,51 +29,10 @@ DEFAULT_WEIGHT_DECAYS = (0.0, 1e-5, 1e-4, 1e-3)
 TaggedSentences = tuple[list[list[str]], list[list[str]]]  # (token lists, tag lists)
 
 
-class ConlluError(ValueError):
-    """A malformed CoNLL-U file; the message names the file and line."""
-
-
-def read_conllu(path: str | os.PathLike, *, column: int = 3) -> TaggedSentences:
-    """Sentences and tags (column 3 = UPOS, 4 = XPOS) of a CoNLL-U file.
-
-    Multiword ranges (``1-2``) and empty nodes (``1.1``) are skipped: the tags belong to the
-    syntactic words, which are the tokens.
-    """
-    sentences, tags = [], []
-    words: list[str] = []
-    labels: list[str] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                if words:
-                    sentences.append(words)
-                    tags.append(labels)
-                words, labels = [], []
-                continue
-            if line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) != 10:
-                raise ConlluError(f"{path}:{line_number}: expected 10 tab-separated fields, found {len(fields)}")
-            token_id = fields[0]
-            if "-" in token_id or "." in token_id:
-                continue
-            if not token_id.isdigit():
-                raise ConlluError(f"{path}:{line_number}: token id {token_id!r} is not a number")
-            if fields[column] in ("", "_"):
-                raise ConlluError(f"{path}:{line_number}: word {fields[1]!r} has no tag in column {column + 1}")
-            words.append(fields[1])
-            labels.append(fields[column])
-    if words:
-        sentences.append(words)
-        tags.append(labels)
-    return sentences, tags
-
-
 def ud_ewt_splits(data_dir: str | os.PathLike | None = None, *, max_sentences: int | None = None):
     """{"train"|"dev"|"test": (sentences, tags)} from UD English-EWT; optionally the first N of each."""
     from elmokit.evaluation.word_similarity import shared_dir
+    from elmokit.tasks.data import read_conllu
 
     folder = Path(data_dir) if data_dir is not None else shared_dir() / "data" / "ud_english_ewt"
     splits = {}
@@ -83,7 +41,8 @@ def ud_ewt_splits(data_dir: str | os.PathLike | None = None, *, max_sentences: i
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the UD_English-EWT folder) "
                                     f"or set ELMOKIT_SHARED")
-        sentences, tags = read_conllu(path)
+        corpus = read_conllu(path)  # UPOS; multiword ranges and empty nodes skipped
+        sentences, tags = corpus.sentences, corpus.labels
         if max_sentences is not None:
             sentences, tags = sentences[:max_sentences], tags[:max_sentences]
         splits[split] = (sentences, tags)
