@@ -51,7 +51,15 @@ def steps(model: str, out: Path, threads: int, initial_states: list[str]) -> dic
     table["wsd"] = ["eval", "wsd", *common, "--out", str(out / "wsd.json")]
     table["ner"] = ["eval", "ner", *common, *tagging, "--out", str(out / "ner.json")]
     table["sst"] = ["eval", "sst", *common, "--epochs", "6", "--out", str(out / "sst.json")]
-    table["similarity"] = ["eval", "similarity", "--model", model, "--analogies", "", "--out", str(out / "similarity.json")]
+    # the same sets as the static-vector table (benchmarks/static_vectors.py); analogy candidates:
+    # the model's own output vocabulary, most frequent first, when it has one
+    from elmokit.formats import resolve_model_path
+
+    vocab = resolve_model_path(model) / "vocab.txt"
+    analogies = ["--analogies", "google,msr", "--analogy-vocab", os.path.relpath(vocab, REPO)] if vocab.exists() else ["--analogies", ""]
+    table["similarity"] = ["eval", "similarity", "--model", model, "--layer", "0", "--datasets",
+                           "ws353,ws353-sim,ws353-rel,simlex999,men,rw,simverb3500", *analogies,
+                           "--out", str(out / "similarity.json")]
     return table
 
 
@@ -184,9 +192,11 @@ def build_report(out: Path, plots: Path) -> str:
     lines += ["### Do the claims hold at our scale?", ""]
     lines += claims(downstream, probe, wsd, out)
     if similarity:
-        lines += ["", "Word similarity of the context-independent layer (layer 0, each word embedded alone): "
-                  + ", ".join(f"{r['dataset']} {r['spearman']:.3f}" for r in similarity.get("results", [])
-                              if r.get("spearman") is not None) + f" (`{command_text(similarity)}`)."]
+        scores = [f"{r['dataset']} {r['spearman']:.3f}" for r in similarity.get("similarity", []) if r.get("spearman") is not None]
+        scores += [f"{r['dataset']} analogy {r['accuracy']:.3f}" for r in similarity.get("analogy", []) if r.get("accuracy") is not None]
+        lines += ["", "Word similarity (Spearman) and analogy (3CosAdd accuracy) of the context-independent layer "
+                  "(layer 0, each word embedded alone; beside the static vectors in the table above): "
+                  + ", ".join(scores) + f" (`{command_text(similarity)}`)."]
     made = draw_plots(out, plots, probe, downstream)
     if made:
         lines += ["", *[f"![{title}]({path.relative_to(REPO / 'docs').as_posix()})" for title, path in made]]

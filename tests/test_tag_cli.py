@@ -123,3 +123,19 @@ def test_eval_pos_and_ner_json(tmp_path, capsys):
     assert [r["dataset"] for r in ner["results"]] == ["wikiann", "wnut17"]  # conll2003 absent: skipped
     assert all(r["representation"] != "none" and "f1" in r["test"] for r in ner["results"])
     assert ner["results"][0]["config"]["elmo_layers"] == 1  # a static table is one layer
+
+
+def test_warm_initial_state_is_recorded_and_used_again_by_predict(files):
+    out = files / "warm-tagger"
+    assert main(["tag", "train", "--train", str(files / "ner.conll"), "--dev", str(files / "ner.conll"),
+                 "--format", "conll", "--initial-state", "warm", "--epochs", "1", "--hidden-dim", "7",
+                 "--word-dim", "5", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["representation"] == {"kind": "elmo", "model": "default", "initial_state": "warm"}
+    from elmokit.tasks.tagger import load_representation
+
+    warm = load_representation(config["representation"])
+    sentence = [["John", "saw", "York"]]
+    expected = Embedder.load("default", initial_state="warm").embed(sentence)[0]
+    assert (warm.embed(sentence)[0] == expected).all()
+    assert not (Embedder.load("default").embed(sentence)[0] == expected).all(), "warm must differ from zero"

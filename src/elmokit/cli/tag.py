@@ -36,6 +36,8 @@ def add_representation_arguments(parser: argparse.ArgumentParser, *, allow_none:
                        "with options.json + weights.hdf5")
     group.add_argument("--options-file", default=None, help="original options.json (with --weight-file)")
     group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file)")
+    group.add_argument("--initial-state", choices=("zero", "warm"), default="zero",
+                       help="ELMo: every sentence's LSTM state starts at zero (default) or at the model's warm state")
     group.add_argument("--vectors", default=None, metavar="DIR|FILE",
                        help="a static table instead: run folder of `elmokit static train` or a word2vec/GloVe file")
     if allow_none:
@@ -98,6 +100,8 @@ def load_representation(args: argparse.Namespace):
     else:
         model = args.model or "default"
         spec = {"kind": "elmo", "model": model if model == "default" else str(Path(model).resolve())}
+    if getattr(args, "initial_state", "zero") != "zero":
+        spec["initial_state"] = args.initial_state
     return embedder, spec
 
 

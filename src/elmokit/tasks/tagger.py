@@ -274,11 +274,11 @@ def load_representation(spec: dict, base: Path | None = None):
         model = spec["model"]
         if base is not None and model == BILM_DIR:
             model = str(base / BILM_DIR)
-        return Embedder.load(model)
+        return Embedder.load(model, initial_state=spec.get("initial_state", "zero"))
     if kind == "elmo-original":
         from elmokit.elmo import Embedder
 
-        return Embedder.from_original(spec["options_file"], spec["weight_file"])
+        return Embedder.from_original(spec["options_file"], spec["weight_file"], initial_state=spec.get("initial_state", "zero"))
     if kind == "vectors":
         from elmokit.static.vectors import StaticVectors
 
