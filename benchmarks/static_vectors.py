@@ -126,9 +126,41 @@ def table(names: list[str]) -> str:
         lines.append(f"| {label} | {rj['config']['dim']} | {rj['vocab_size']:,} | {s('ws353')} | {s('ws353-sim')} | "
                     f"{s('ws353-rel')} | {s('simlex999')} | {s('men')} | {s('rw')} | {s('simverb3500')} | {google} | {msr} "
                     f"| {wall / 60:.1f} min |")
-    lines.append("| **ELMo default model, context-independent layer** (placeholder) | – | – | – | – | – | – | – | – | – "
-                "| – | – | filled when the default model exists: `elmokit eval similarity --model default --layer 0` |")
+    lines.append(elmo_row())
     return head + "\n".join(lines) + "\n"
+
+
+ELMO_EVAL = REPO / "docs" / "results" / "elmo" / "similarity.json"  # written by benchmarks/elmo_results.py
+
+
+def elmo_row() -> str:
+    """The default ELMo model's context-independent layer (each word embedded alone), same sets."""
+    label = "**ELMo default model, layer 0** (char CNN; any word; trained on all 10 shards, see its card)"
+    if not ELMO_EVAL.exists():
+        return f"| {label} | – | – | – | – | – | – | – | – | – | – | – | `python benchmarks/elmo_results.py --steps similarity` |"
+    ev = json.loads(ELMO_EVAL.read_text())
+    sim = {r["dataset"]: r for r in ev["similarity"]}
+    ana = {r["dataset"]: r for r in ev.get("analogy", [])}
+
+    def s(key):
+        r = sim.get(key)
+        return "–" if r is None else f"{r['spearman']:.3f} ({r['coverage'] * 100:.0f}%)"
+
+    g, m = ana.get("google"), ana.get("msr")
+    google = "–" if g is None else f"{g['accuracy']:.3f} ({g['sections']['semantic']['accuracy']:.2f}/{g['sections']['syntactic']['accuracy']:.2f}; cov {g['coverage'] * 100:.0f}%)"
+    msr = "–" if m is None else f"{m['accuracy']:.3f} (cov {m['coverage'] * 100:.0f}%)"
+    return (f"| {label} | 256 | open | {s('ws353')} | {s('ws353-sim')} | {s('ws353-rel')} | {s('simlex999')} | "
+            f"{s('men')} | {s('rw')} | {s('simverb3500')} | {google} | {msr} | 2.6 h (biLM) |")
+
+
+def patch_elmo_row() -> None:
+    """Replace only the ELMo row of the committed table (the static runs need not be present)."""
+    text = RESULTS.read_text()
+    start = text.index("| **ELMo default model")
+    end = text.index("\n", start)
+    tmp = RESULTS.with_suffix(".md.tmp")
+    tmp.write_text(text[:start] + elmo_row() + text[end:])
+    os.replace(tmp, RESULTS)
 
 
 def section(names: list[str]) -> str:
@@ -172,7 +204,12 @@ def main() -> int:
     parser.add_argument("--retrain", action="store_true", help="train again even if the run folder is complete")
     parser.add_argument("--no-train", action="store_true", help="only evaluate and write the table")
     parser.add_argument("--no-eval", action="store_true", help="only train")
+    parser.add_argument("--elmo-row", action="store_true", help="only refresh the ELMo row from " + str(ELMO_EVAL.relative_to(REPO)))
     args = parser.parse_args()
+    if args.elmo_row:
+        patch_elmo_row()
+        print(f"wrote the ELMo row of {RESULTS}")
+        return 0
     corpus = SHARED / "data" / "gutenberg_en"
     if not corpus.exists():
         sys.exit(f"needs {corpus} (the shared data folder beside the checkout, or set ELMOKIT_SHARED)")
