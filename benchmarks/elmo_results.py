@@ -224,6 +224,15 @@ def claims(downstream, probe, wsd, out_dir: Path) -> list[str]:
                          f"{probe_acc[2]:.2f} ({verdict(probe_acc[1] - probe_acc[2])}); WSD layer 2 {wsd_f1[2]:.2f} vs "
                          f"layer 1 {wsd_f1[1]:.2f} ({verdict(wsd_f1[2] - wsd_f1[1])}). Both layers far above the "
                          f"token layer (POS {probe_acc[0]:.1f}, WSD {wsd_f1[0]:.1f}).")
+    warm_pos, warm_probe = load(out_dir, "pos_warm"), load(out_dir, "probe_warm")
+    if warm_pos and mix is not None:
+        warm = next((r[2] for r in task_rows(warm_pos) if r[2] is not None), None)
+        text = f"POS tagger {pct(warm)} vs {pct(mix)} ({verdict(warm - mix)})"
+        if warm_probe and probe:
+            zero_acc = {l["layer"]: l["test_accuracy"] for l in probe["layers"]}
+            text += "; probe " + ", ".join(f"layer {l['layer']} {l['test_accuracy']:.2f} vs {zero_acc[l['layer']]:.2f}"
+                                           for l in warm_probe["layers"] if l["layer"] > 0)
+        lines.append(f"4. **Warm initial state vs zero** (the deterministic warm start): {text}.")
     lines.append("")
     lines.append("Every figure is one training run with one seed (seed-to-seed variance was not measured); "
                  "differences under half a point are called ties here.")
