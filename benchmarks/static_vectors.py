@@ -135,7 +135,7 @@ ELMO_EVAL = REPO / "docs" / "results" / "elmo" / "similarity.json"  # written by
 
 def elmo_row() -> str:
     """The default ELMo model's context-independent layer (each word embedded alone), same sets."""
-    label = "**ELMo default model, layer 0** (char CNN; any word; trained on all 10 shards, see its card)"
+    label = "**ELMo default model, layer 0** (char CNN, any word; 10M tokens from all 10 shards, see its card)"
     if not ELMO_EVAL.exists():
         return f"| {label} | – | – | – | – | – | – | – | – | – | – | – | `python benchmarks/elmo_results.py --steps similarity` |"
     ev = json.loads(ELMO_EVAL.read_text())
