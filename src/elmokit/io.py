@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -29,4 +30,29 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder beside ``target`` that replaces it on success.
+
+    An existing ``target`` is moved aside first and removed only once the new folder is in place,
+    so a reader never finds a half-written folder; on any exception the temporary folder is removed
+    and ``target`` is left as it was.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise

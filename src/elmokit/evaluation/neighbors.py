@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+
+from elmokit.io import atomic_directory
 
 FORMAT_VERSION = 1
 META_NAME = "meta.json"
@@ -151,9 +151,7 @@ class NeighborIndex:
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-        try:
+        with atomic_directory(directory) as staging:
             matrices = [
                 np.lib.format.open_memmap(staging / layer_name(j), mode="w+", dtype=dtype, shape=(int(offsets[-1]), rep.dim))
                 for j in range(rep.num_layers)
@@ -188,12 +186,6 @@ class NeighborIndex:
                 "source": source,
             }
             (staging / META_NAME).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(staging, directory)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return cls(directory)
 
     def check_representation(self, rep) -> None:

@@ -1,8 +1,9 @@
-"""Frozen per-token vectors of a Representation, computed in chunks for the probes.
+"""Frozen per-token vectors of a Representation, streamed in chunks of sentences.
 
-A small stand-in for the shared ``elmokit.tasks.features.FeatureCache``: the probes need each
-sentence's (L, T, D) array once, in order, so they stream chunks of sentences through
-``rep.embed`` and keep only what they use (the token rows, or running sums per sense).
+``embed_in_chunks`` is the one loop that feeds a data set through ``rep.embed`` (shape-checked,
+with a progress bar): the probes consume it directly (they need each sentence once, in order, and
+keep only the token rows or running sums per sense); ``elmokit.tasks.features.FeatureCache``
+writes it to disk for the task models, which read it every epoch.
 """
 
 from __future__ import annotations

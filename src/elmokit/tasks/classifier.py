@@ -306,25 +306,16 @@ class Classifier:
 
     def save(self, directory: str | os.PathLike) -> None:
         """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed."""
-        import shutil
-        import tempfile
-
         from safetensors.torch import save_file
 
+        from elmokit.io import atomic_directory
+
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-        try:
+        with atomic_directory(directory) as staging:
             (staging / "config.json").write_text(json.dumps(self.model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
             save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(staging / "model.safetensors"))
             (staging / "labels.json").write_text(json.dumps(self.labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
             (staging / "vocab.txt").write_text("".join(w + "\n" for w in self.vocabulary.words), encoding="utf-8")
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(staging, directory)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Classifier":

@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
+
+from elmokit.evaluation.token_features import embed_in_chunks
+from elmokit.io import atomic_directory
 
 FORMAT_VERSION = 1
 
@@ -80,23 +81,13 @@ class FeatureCache:
         directory = Path(directory)
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-        try:
+        with atomic_directory(directory) as staging:
             features = np.lib.format.open_memmap(
                 staging / "features.npy", mode="w+", dtype=np.float32, shape=(int(offsets[-1]), rep.num_layers, rep.dim)
             )
-            starts = range(0, len(sentences), chunk_sentences)
-            if progress:
-                from tqdm import tqdm
-
-                starts = tqdm(starts, desc=f"embedding with {rep.name}", unit="chunk")
-            for start in starts:
-                chunk = list(sentences[start : start + chunk_sentences])
-                for i, array in enumerate(rep.embed(chunk), start):
-                    expected = (rep.num_layers, len(sentences[i]), rep.dim)
-                    if array.shape != expected:
-                        raise ValueError(f"{rep.name} gave shape {array.shape} for sentence {i}, expected {expected}")
+            for start, arrays in embed_in_chunks(rep, sentences, chunk_size=chunk_sentences, progress=progress,
+                                                 description=f"embedding with {rep.name}"):
+                for i, array in enumerate(arrays, start):
                     features[offsets[i] : offsets[i + 1]] = array.transpose(1, 0, 2)
             features.flush()
             del features
@@ -105,12 +96,6 @@ class FeatureCache:
                     "num_layers": rep.num_layers, "dim": rep.dim, "n_sentences": len(sentences),
                     "n_tokens": int(offsets[-1])}
             (staging / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.replace(staging, directory)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return cls(directory)
 
     @classmethod

@@ -38,20 +38,20 @@ import logging
 import math
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from elmokit.io import atomic_directory
 from elmokit.nn.scalar_mix import ScalarMix
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
@@ -392,7 +392,7 @@ class SequenceTagger:
         from safetensors.torch import save_file
 
         directory = Path(directory)
-        with _atomic_directory(directory) as tmp:
+        with atomic_directory(directory) as tmp:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
             state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items() if not k.startswith("bilm.")}
             save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "elmokit-tagger"})
@@ -443,25 +443,6 @@ class SequenceTagger:
             tagger.history, tagger.best_epoch = metrics.get("history", []), metrics.get("best_epoch")
         tagger.model.eval()
         return tagger
-
-
-@contextlib.contextmanager
-def _atomic_directory(target: Path) -> Iterator[Path]:
-    """A temporary folder beside ``target`` that replaces it on success (removed on failure)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        yield tmp
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # ------------------------------------------------------------------------------- metrics
