@@ -56,7 +56,7 @@ def sigmoid(x: torch.Tensor) -> torch.Tensor:
 # (measured: 64 x 512 x 16384 in 10 ms instead of 32). The packed kernel rounds differently from
 # MKL's (1e-6 relative), and it is batch-invariant from 2 rows on (a single row takes a different
 # kernel for some shapes); so inputs are padded to MIN_PACKED_ROWS = 2 rows, not 16, which halves
-# the cost of one sentence's recurrent step (2 rows cost about what 1 does, 16 rows twice that).
+# the cost of one sentence's recurrent step (see the batch-1 rows of docs/benchmarks.md).
 # The same holds for the bf16 products. Widths are padded to multiples of 16 like above. Packed copies live beside their weights and are
 # rebuilt when a weight changes (its version counter moves).
 
@@ -97,7 +97,7 @@ class PreparedWeight:
             if width_pad:
                 weight = torch.cat([weight, weight.new_zeros(width_pad, self.in_dim)])
                 bias = None if bias is None else torch.cat([bias, bias.new_zeros(width_pad)])
-            if precision == "bf16":  # packed too: ~3x a plain bf16 F.linear on one sentence's step
+            if precision == "bf16":  # packed too: plain bf16 F.linear is slower on skinny (one-sentence) steps
                 weight = weight.to(torch.bfloat16)
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 64)
             self.bias = None if bias is None else bias.contiguous()
