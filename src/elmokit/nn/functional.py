@@ -55,10 +55,10 @@ def sigmoid(x: torch.Tensor) -> torch.Tensor:
 # per-step matrix products of the LSTM then run ~3x faster than through plain ``F.linear`` here
 # (measured: 64 x 512 x 16384 in 10 ms instead of 32). The packed kernel rounds differently from
 # MKL's (1e-6 relative), and it is batch-invariant from 2 rows on (a single row takes a different
-# kernel for some shapes); so inputs are padded to MIN_PACKED_ROWS = 2 rows, not 16, which halves
-# the cost of one sentence's recurrent step (see the batch-1 rows of docs/benchmarks.md).
-# The same holds for the bf16 products. Widths are padded to multiples of 16 like above. Packed copies live beside their weights and are
-# rebuilt when a weight changes (its version counter moves).
+# kernel for some shapes); so inputs are padded to MIN_PACKED_ROWS = 2 rows, not 16, which cuts
+# the cost of one sentence's recurrent step (see the batch-1 rows of docs/benchmarks.md). The same
+# holds for the bf16 products. Widths are padded to multiples of 16 like above. Packed copies live
+# beside their weights and are rebuilt when a weight changes (its version counter moves).
 
 # (id(weight), precision) -> (weak reference to the weight, version key, PreparedWeight)
 _PACKED: dict[int, tuple] = {}
