@@ -2,6 +2,13 @@
 
     python benchmarks/bench_training.py                       # small preset, 2 threads
     python benchmarks/bench_training.py --preset small --set lstm_dim=512 --negatives 4096 --threads 1
+    python benchmarks/bench_training.py --threads 1 --set lstm_dim=512 --negatives 4096 --lstm-path both --profile
+
+``--lstm-path both`` compares the LSTM's two training paths (elmokit.nn.lstm.TRAINING_PATH: the
+hand-written BPTT "fused", the per-step autograd loop "autograd") in one invocation: two copies of
+the model from the same initial weights, each step's batch run on one then the other (the order
+alternating), so that the load of other processes falls on both alike. ``--profile`` adds
+torch.profiler's top operators (self CPU time) of one step of each path.
 
 A step is what `elmokit train` does: char ids -> biLM (forward + backward LM) -> sampled (or
 full) softmax -> backward -> clip -> Adagrad. Sentences are 20-token pieces of the gutenberg_en
@@ -107,6 +114,9 @@ def main() -> int:
     parser.add_argument("--length", type=int, default=20, help="tokens per sentence (default 20)")
     parser.add_argument("--steps", type=int, default=6, help="measured steps after one warm-up (default 6)")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast of the forward pass (as `elmokit train --bf16`)")
+    parser.add_argument("--lstm-path", default="fused", choices=["fused", "autograd", "both"],
+                        help="LSTM training path (elmokit.nn.lstm.TRAINING_PATH); both = compare them (default fused)")
+    parser.add_argument("--profile", action="store_true", help="print the top operators of one extra step of each path")
     parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args()
 
@@ -119,22 +129,26 @@ def main() -> int:
     for item in args.set:
         key, _, value = item.partition("=")
         config = config.replace(**{key: json.loads(value)})
-    model = LanguageModel(config, args.vocab_size)
-    init_like_bilm_tf(model, torch.Generator().manual_seed(0))
-    model.train()
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0, eps=0.0)
+    import elmokit.nn.lstm as lstm_module
+
+    paths = ["autograd", "fused"] if args.lstm_path == "both" else [args.lstm_path]
+    runners = {}
+    for path in paths:
+        model = LanguageModel(config, args.vocab_size)
+        init_like_bilm_tf(model, torch.Generator().manual_seed(0))
+        model.train()
+        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0, eps=0.0)
+        runners[path] = (model, optimizer)
     sentences = sentences_for_benchmark(args.batch_size * (args.steps + 1), args.length)
     vocabulary: dict[str, int] = {}
     for s in sentences:
         for t in s:
             vocabulary.setdefault(t, 3 + len(vocabulary) % (args.vocab_size - 3))
 
-    gemm = matmul_gflops(args.threads)
-    times, flops, tokens = [], [], []
-    busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
-    for step in range(args.steps + 1):
-        batch = sentences[step * args.batch_size : (step + 1) * args.batch_size]
-        start = time.perf_counter()
+    def training_step(path, step, batch):
+        model, optimizer = runners[path]
+        lstm_module.TRAINING_PATH = path
+        torch.manual_seed(step)  # the same dropout masks for both paths: their losses agree to rounding
         char_ids = batch_to_ids(batch)
         word_ids = torch.tensor([[vocabulary[t] for t in s] for s in batch])
         candidates = Candidates.draw(args.vocab_size, args.negatives, seed=0, step=step) if args.negatives else None
@@ -144,18 +158,44 @@ def main() -> int:
         (out.loss * 20.0).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
-        elapsed = time.perf_counter() - start
+        return out.loss.item()
+
+    gemm_before = matmul_gflops(args.threads)
+    times = {path: [] for path in paths}
+    losses = {path: [] for path in paths}
+    flops, tokens = [], []
+    busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+    for step in range(args.steps + 1):
+        batch = sentences[step * args.batch_size : (step + 1) * args.batch_size]
+        for path in paths if step % 2 == 0 else paths[::-1]:
+            start = time.perf_counter()
+            loss = training_step(path, step, batch)
+            times[path].append(time.perf_counter() - start)
+            losses[path].append(loss)
         if step == 0:
             busy0, own0, wall0 = cpu_busy_seconds(), own_cpu_seconds(), time.perf_counter()
             continue
-        times.append(elapsed)
         tokens.append(sum(len(s) for s in batch))
         flops.append(flops_per_step(config, batch, args.negatives or None, args.vocab_size))
     wall = time.perf_counter() - wall0
     others = max(0.0, (cpu_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall
-    median = statistics.median(times)
-    tok_per_s = statistics.median(t / s for t, s in zip(tokens, times))
+    gemm_after = matmul_gflops(args.threads)
+    gemm = (gemm_before + gemm_after) / 2
     step_flops = statistics.median(f["training"] for f in flops)
+
+    def summary(path):
+        measured = times[path][1:]
+        median = statistics.median(measured)
+        return {
+            "step_s_median": median,
+            "step_s_all": measured,
+            "tokens_per_s": statistics.median(t / s for t, s in zip(tokens, measured)),
+            "model_gflop_per_s": step_flops / median / 1e9,
+            "fraction_of_matmul_rate": step_flops / median / 1e9 / gemm,
+            "losses": losses[path],
+        }
+
+    model = runners[paths[0]][0]
     result = {
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.processor() or 'cpu'}",
@@ -169,16 +209,30 @@ def main() -> int:
         "batch": f"{args.batch_size} x {args.length} tokens",
         "parameters_bilm": sum(p.numel() for p in model.bilm.parameters()),
         "parameters_softmax": model.softmax_weight.numel() + model.softmax_bias.numel(),
-        "step_s_median": median,
-        "step_s_all": times,
-        "tokens_per_s": tok_per_s,
+        "lstm_path": args.lstm_path,
         "training_mflop_per_token": step_flops / statistics.median(tokens) / 1e6,
         "forward_mflop_per_token_by_part": {k: v / statistics.median(tokens) / 1e6 for k, v in flops[0]["forward"].items()},
-        "model_gflop_per_s": step_flops / median / 1e9,
         "matmul_gflop_per_s": gemm,
-        "fraction_of_matmul_rate": step_flops / median / 1e9 / gemm,
+        "matmul_gflop_per_s_before_after": [gemm_before, gemm_after],
         "other_processes_cpus": others,
     }
+    if len(paths) == 1:
+        result.update(summary(paths[0]))
+    else:
+        result["paths"] = {path: summary(path) for path in paths}
+        ratios = [a / f for a, f in zip(times["autograd"][1:], times["fused"][1:])]
+        result["fused_speedup_median_of_step_ratios"] = statistics.median(ratios)
+        result["fused_speedup_ratio_of_median_tokens_per_s"] = (
+            result["paths"]["fused"]["tokens_per_s"] / result["paths"]["autograd"]["tokens_per_s"])
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        batch = sentences[: args.batch_size]
+        for path in paths:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                training_step(path, 0, batch)
+            print(f"--- profile of one step, lstm path {path}")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

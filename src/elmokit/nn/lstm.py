@@ -13,9 +13,14 @@ shuffle) and the forget bias of +1.0 added at run time, never folded into the st
 (folding would round, and the round trip to the original files would no longer be exact).
 
 Legend: B batch, T time steps, I input size, D cell size, P projection size.
-Two code paths compute this recurrence: a plain differentiable one for training, and one for
-inference that uses derived, prepacked weights and skips finished rows (``_forward_inference``);
-they agree to float32 rounding and each is batch-invariant bit for bit.
+Three code paths compute this recurrence. For training (autograd on): the whole sequence as one
+autograd node with a hand-written backward (``elmokit.nn.lstm_bptt``, the default), or the plain
+per-step autograd loop (``_forward_differentiable``), selected by ``TRAINING_PATH = "autograd"``
+or the environment variable ``ELMOKIT_LSTM_TRAINING_PATH=autograd`` (kept for comparison, and
+used under autocast); the two give bit-identical outputs and gradients equal to rounding. For
+inference: derived, prepacked weights and a batch that skips finished rows
+(``_forward_inference``); it agrees with the others to float32 rounding. Each path is
+batch-invariant bit for bit.
 
 Rows are left-aligned: row b is valid for t < lengths[b]. A row stops updating after its last
 step, so the final state of each row is its state after its own last token; outputs at
@@ -24,13 +29,19 @@ padded steps are zero.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
 from elmokit.nn.functional import PreparedWeight, can_prepare, invariant_linear, sigmoid, sigmoid_
+from elmokit.nn.lstm_bptt import projected_lstm
 
 FORGET_BIAS = 1.0
 INPUT_CHUNK_ROWS = 512  # rows per hoisted input product in inference (memory vs GEMM shape)
+TRAINING_PATHS = ("fused", "autograd")
+# The training path: "fused" (one autograd node, hand-written BPTT) or "autograd" (the per-step loop).
+TRAINING_PATH = os.environ.get("ELMOKIT_LSTM_TRAINING_PATH", "fused")
 
 
 class ProjectedLSTM(nn.Module):
@@ -66,8 +77,21 @@ class ProjectedLSTM(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """inputs (B, T, I), lengths (B,) -> outputs (B, T, P), final (h (B, P), c (B, D))."""
         if not can_prepare(inputs, self.input_linear.weight):
+            if self._use_fused(inputs, state):
+                return projected_lstm(inputs, lengths, state, self.input_linear.weight, self.input_linear.bias,
+                                      self.hidden_linear.weight, self.projection.weight, self.cell_clip, self.proj_clip)
             return self._forward_differentiable(inputs, lengths, state)
         return self._forward_inference(inputs, lengths, state)
+
+    def _use_fused(self, inputs, state) -> bool:
+        """The hand-written BPTT serves autograd outside autocast; everything else (inference on
+        other devices or dtypes, autocast's per-op casts) keeps the plain loop."""
+        if TRAINING_PATH not in TRAINING_PATHS:
+            raise ValueError(f"elmokit.nn.lstm.TRAINING_PATH must be one of {TRAINING_PATHS}, got {TRAINING_PATH!r}")
+        if TRAINING_PATH != "fused" or not torch.is_grad_enabled() or torch.is_autocast_enabled(inputs.device.type):
+            return False
+        tensors = [inputs, *self.parameters(), *(state if state is not None else ())]
+        return any(t.requires_grad for t in tensors)
 
     def _forward_differentiable(self, inputs, lengths, state):
         """The recurrence as written in the module docstring, for training and fine-tuning."""
