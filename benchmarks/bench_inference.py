@@ -63,7 +63,7 @@ def benchmark_sentences(count: int, seed: int = 0) -> list[list[str]]:
 def random_model(preset: str, directory: Path) -> None:
     import torch
 
-    from elmokit import PRESETS, BiLM
+    from elmokit import PRESETS, BiLM, save_native
 
     torch.manual_seed(0)
     bilm = BiLM(PRESETS[preset])
@@ -76,7 +76,7 @@ def random_model(preset: str, directory: Path) -> None:
             if ".carry." in name and name.endswith("bias"):
                 p.fill_(-2.0)
         bilm.token_encoder.char_embedding.weight[0].zero_()
-    bilm.save_pretrained(directory)
+    save_native(bilm, directory)
 
 
 def run_child(args: argparse.Namespace) -> None:
@@ -85,10 +85,10 @@ def run_child(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from elmokit import BiLM, batch_to_ids
+    from elmokit import batch_to_ids, load_bilm
     from elmokit.bilm import add_boundaries, remove_boundaries
 
-    bilm = BiLM.from_pretrained(args.model_dir)
+    bilm = load_bilm(args.model_dir)
     if args.impl == "reference-style":
         sys.path.insert(0, str(Path(__file__).parent))
         from reference_style import ReferenceStyleELMo

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit import BiLM, Embedder, batch_to_ids
+from elmokit import Embedder, batch_to_ids, load_original
 from testkit import random_tf_weights, tiny_options, write_original_files
 from numpy_elmo import NumpyELMo
 
@@ -22,7 +22,7 @@ SENTENCES = [
 def load_both(tmp_path, options, seed=0, *, stateful=False, weights=None):
     weights = weights if weights is not None else random_tf_weights(options, seed=seed)
     options_path, weights_path = write_original_files(tmp_path / f"m{seed}", options, weights)
-    return BiLM.from_original(options_path, weights_path, stateful=stateful), NumpyELMo(options, weights)
+    return load_original(options_path, weights_path, stateful=stateful), NumpyELMo(options, weights)
 
 
 ARCHITECTURES = {

@@ -6,11 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit.tasks.classifier import (
-    Classifier, ClassifierConfig, InMemoryFeatures, SentenceClassifier, TreeError, parse_tree, read_sst, sst_task,
-    train_classifier,
-)
-from elmokit.tasks.features import FeatureCache
+from elmokit.evaluation.sst import TreeError, parse_tree, read_sst, sst_task
+from elmokit.features import FeatureCache, InMemoryFeatures
+from elmokit.tasks.classifier import Classifier, ClassifierConfig, SentenceClassifier, train_classifier
 
 
 def test_parse_tree_leaves_and_root_label():
@@ -118,12 +116,13 @@ def test_save_load_round_trip(tmp_path):
     features = InMemoryFeatures(rep.embed(train[0]))
     classifier, _ = train_classifier(train, train, train_features=features, dev_features=features, use_elmo=True,
                                      elmo_layers=3, elmo_dim=4, epochs=2, word_dim=3, hidden_dim=5,
-                                     representation="default")
+                                     representation={"kind": "elmo", "model": "default"})
     classifier.save(tmp_path / "model")
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
         "config.json", "labels.json", "model.safetensors", "vocab.txt"]
     config = json.loads((tmp_path / "model" / "config.json").read_text())
-    assert config["format_version"] == 1 and config["representation"] == "default" and config["mix_l2"] == 0.001
+    assert config["format_version"] == 2 and config["mix_l2"] == 0.001
+    assert config["representation"] == {"kind": "elmo", "model": "default"}
     loaded = Classifier.load(tmp_path / "model")
     assert loaded.labels == ["neg", "pos"] and loaded.vocabulary.words == classifier.vocabulary.words
     torch.testing.assert_close(loaded.logits(train[0], features), classifier.logits(train[0], features), rtol=0, atol=0)

@@ -16,7 +16,8 @@ def test_classify_train_and_predict_round_trip(tmp_path, capsys):
                      "--out", str(model), "--epochs", "2", "--word-dim", "4", "--hidden-dim", "3", "--threads", "1",
                      *extra]) == 0
         assert json.loads((model / "config.json").read_text())["use_elmo"] == (not extra)
-        assert main(["classify", "predict", str(model), str(tmp_path / "in.txt"), "--out", str(tmp_path / "p.tsv")]) == 0
+        assert main(["classify", "predict", "--classifier", str(model), "--input", str(tmp_path / "in.txt"),
+                     "--out", str(tmp_path / "p.tsv")]) == 0
         rows = [line.split("\t") for line in (tmp_path / "p.tsv").read_text().splitlines()]
         assert len(rows) == 2 and all(label in ("pos", "neg") and 0.5 <= float(p) <= 1 for label, p in rows)
 

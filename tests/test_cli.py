@@ -7,9 +7,9 @@ from elmokit.cli.main import build_parser, main
 
 
 def test_demo_shows_context_independent_layer_zero(capsys):
-    from elmokit import BiLM
+    from elmokit import load_bilm
 
-    shipped = BiLM.from_pretrained("default")
+    shipped = load_bilm("default")
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert f"model: elmo:default   layers: {shipped.num_layers}   dim: {shipped.output_dim}" in out

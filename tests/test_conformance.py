@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit import BiLM, batch_to_ids
+from elmokit import batch_to_ids, load_original
 from elmokit.nn.scalar_mix import ScalarMix
 from testkit import need_shared
 
@@ -26,7 +26,7 @@ def fixture_batches(sentences):
 )
 def test_stateful_top_layer_matches_reference(folder, sentences_file):
     root = need_shared("fixtures", *folder.split("/"))
-    bilm = BiLM.from_original(root / "options.json", root / "lm_weights.hdf5", stateful=True)
+    bilm = load_original(root / "options.json", root / "lm_weights.hdf5", stateful=True)
     batches = fixture_batches(json.loads((root / sentences_file).read_text()))
     expected_files = [h5py.File(root / f"lm_embeddings_{k}.hdf5", "r") for k in range(3)]
     compared = 0
@@ -45,7 +45,7 @@ def test_stateful_top_layer_matches_reference(folder, sentences_file):
 
 def test_token_embeddings_match_reference():
     root = need_shared("fixtures", "allennlp")
-    bilm = BiLM.from_original(root / "options.json", root / "lm_weights.hdf5")
+    bilm = load_original(root / "options.json", root / "lm_weights.hdf5")
     vocab = (root / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
     assert len(vocab) == 458
     # As the upstream test: 10 "sentences" of 50 tokens, the last one padded.
@@ -61,7 +61,7 @@ def test_token_embeddings_match_reference():
 
 def test_literal_boundary_tokens_embed_like_added_ones():
     root = need_shared("fixtures", "allennlp")
-    bilm = BiLM.from_original(root / "options.json", root / "lm_weights.hdf5")
+    bilm = load_original(root / "options.json", root / "lm_weights.hdf5")
     with torch.no_grad():
         output = bilm(batch_to_ids([["<S>", "</S>"]]))  # with boundaries: <S> <S> </S> </S>
     layer0 = output.layers[0, 0]
@@ -72,7 +72,7 @@ def test_literal_boundary_tokens_embed_like_added_ones():
 def test_all_layers_match_derived_fixture(mode):
     root = need_shared("fixtures", "allennlp")
     derived = h5py.File(need_shared("fixtures", "derived", "allennlp_fixture_all_layers.hdf5"), "r")[mode]
-    bilm = BiLM.from_original(root / "options.json", root / "lm_weights.hdf5", stateful=(mode == "stateful"))
+    bilm = load_original(root / "options.json", root / "lm_weights.hdf5", stateful=(mode == "stateful"))
     with torch.no_grad():
         for i in range(10):
             group = derived[f"batch_{i}"]
@@ -106,7 +106,7 @@ def test_scalar_mix_matches_derived_fixture():
     settings = [([0.1, 0.3, 0.5], 1.1), ([0.2, 0.4, 0.6], 0.88), ([0.0, 0.0, 0.0], 1.0)]
     sentences = json.loads((root / "sentences.json").read_text())
     batch = fixture_batches(sentences)[0]
-    bilm = BiLM.from_original(root / "options.json", root / "lm_weights.hdf5")  # fresh model, batch 0
+    bilm = load_original(root / "options.json", root / "lm_weights.hdf5")  # fresh model, batch 0
     with torch.no_grad():
         output = bilm(batch_to_ids(batch))
     from elmokit.bilm import remove_boundaries

@@ -4,14 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit import BiLM, Elmo, ScalarMix, batch_to_ids
+from elmokit import Elmo, ScalarMix, batch_to_ids, load_original
+from numpy_elmo import NumpyELMo
+from testkit import assert_unchanged, model_snapshot
 
 SENTENCES = [["The", "first", "sentence", "."], ["Another", "one"], ["x"] * 7]
 
 
 @pytest.fixture
 def bilm(tiny_original):
-    return BiLM.from_original(*tiny_original[:2])
+    return load_original(*tiny_original[:2])
 
 
 def test_output_shapes_and_mask(bilm):
@@ -116,3 +118,36 @@ def test_scalar_mix_l2_penalty():
     assert mix.l2_penalty(0.001).item() == pytest.approx(0.001 * (1 + 4 + 0.25))
     with pytest.raises(ValueError, match="2 values for a mixture of 3"):
         ScalarMix(3, initial_scalar_parameters=[1.0, 2.0])
+
+
+# ---- Elmo works on its own copy of `module`: the caller's model is never changed ------------------
+
+
+def test_elmo_leaves_the_callers_module_alone(tiny_original):
+    options_path, weights_path, options, weights = tiny_original
+    model = load_original(options_path, weights_path).train()  # a user's model, mid-training
+    before = model_snapshot(model)
+    elmo = Elmo(module=model, num_output_representations=1, dropout=0.0, stateful=True)  # used to freeze it
+    assert_unchanged(model, before)
+    assert elmo.bilm is not model and elmo.bilm.stateful and not any(p.requires_grad for p in elmo.bilm.parameters())
+    elmo.eval()
+    ids = batch_to_ids(SENTENCES)
+    mixed = elmo(ids)["elmo_representations"][0]  # (B, T, 2P), the default mix: the mean of the layers
+    assert_unchanged(model, before)
+    assert model.training and elmo.bilm._state is not None and model._state is None
+    oracle = NumpyELMo(options, weights)  # the stateful copy starts from zero: the oracle's first call
+    for b, sentence in enumerate(SENTENCES):
+        expected = oracle.sentence(sentence)[:, 1:-1].mean(0)  # (n, 2P)
+        np.testing.assert_allclose(mixed[b, : len(sentence)].detach().numpy(), expected, atol=2e-5, rtol=1e-4)
+
+
+def test_fine_tuning_trains_elmos_copy_not_the_callers_module(tiny_original):
+    model = load_original(*tiny_original[:2])
+    original = {n: p.detach().clone() for n, p in model.named_parameters()}
+    elmo = Elmo(module=model, num_output_representations=1, requires_grad=True, dropout=0.0)
+    optimizer = torch.optim.SGD(elmo.parameters(), lr=0.1)
+    elmo(batch_to_ids(SENTENCES))["elmo_representations"][0].pow(2).sum().backward()
+    optimizer.step()
+    assert all(torch.equal(p, original[n]) and p.grad is None for n, p in model.named_parameters())
+    changed = [n for n, p in elmo.bilm.named_parameters() if not torch.equal(p.detach(), original[n])]
+    assert changed == [n for n, _ in model.named_parameters()]

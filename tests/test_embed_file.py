@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from elmokit import BiLM, Embedder
+from elmokit import Embedder, load_original, save_native
 from elmokit.cli.main import main
 from elmokit.formats.embedding_hdf5 import InputFileError
 from numpy_elmo import NumpyELMo
@@ -16,7 +16,7 @@ LINES = ["The cat sat on the mat .", "A dog .", "The cat sat on the mat .", "Ün
 
 @pytest.fixture
 def model_dir(tmp_path, tiny_original):
-    BiLM.from_original(*tiny_original[:2]).save_pretrained(tmp_path / "model")
+    save_native(load_original(*tiny_original[:2]), tmp_path / "model")
     return tmp_path / "model"
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit import BiLM, Embedder, batch_to_ids
+from elmokit import Embedder, batch_to_ids, load_original, save_native
+from elmokit.nn import functional
 from elmokit.text.chars import token_to_char_ids
 
 WORDS = ["a", "the", "cat", "Ünïcödé", "🙂", "", "<S>", "sat", "the", "a"]
@@ -12,7 +13,16 @@ WORDS = ["a", "the", "cat", "Ünïcödé", "🙂", "", "<S>", "sat", "the", "a"]
 
 @pytest.fixture
 def bilm(tiny_original):
-    return BiLM.from_original(*tiny_original[:2])
+    return load_original(*tiny_original[:2])
+
+
+@pytest.fixture(params=["this-cpu", "emulated"])
+def bf16_path(request, monkeypatch):
+    """The bf16 path this CPU takes (oneDNN kernels or the emulation), and the emulation forced,
+    so that both are covered on any CPU."""
+    if request.param == "emulated":
+        monkeypatch.setattr(functional, "_native_bf16", False)
+    return request.param
 
 
 def ids_of(words):
@@ -72,7 +82,7 @@ def test_cache_vocabulary(bilm):
     assert bilm.token_cache.hits == 2
 
 
-def test_bf16_fast_path_stays_within_documented_error():
+def test_bf16_fast_path_stays_within_documented_error(bf16_path):
     """docs/benchmarks.md documents the bf16 path's error; on the allennlp fixture model it must
     keep every token's vectors within cosine 0.999 and 0.05 absolute of the exact path."""
     import json
@@ -91,12 +101,25 @@ def test_bf16_fast_path_stays_within_documented_error():
     assert worst_abs > 0, "the fast path really runs in bf16"
 
 
+def test_bf16_embeddings_do_not_depend_on_the_batch(tiny_original, bf16_path):
+    sentences = [["the", "cat", "sat"], ["a"], ["Ünïcödé", "🙂", "the", "dog", "ran", "far"], ["b", "c"], ["x"] * 17]
+    embedder = Embedder(load_original(*tiny_original[:2]), batch_size=1, precision="bf16")
+    alone = [embedder.embed([s])[0] for s in sentences]
+    for batch_size, order in ((5, [0, 1, 2, 3, 4]), (2, [4, 2, 0, 3, 1]), (3, [1, 3, 4, 0, 2])):
+        embedder.batch_size = batch_size
+        for index, vectors in zip(order, embedder.embed([sentences[i] for i in order])):
+            assert np.array_equal(vectors, alone[index]), (batch_size, index)
+    exact = Embedder(load_original(*tiny_original[:2])).embed(sentences)
+    worst = max(np.abs(a - b).max() for a, b in zip(alone, exact))
+    assert 0 < worst < 0.05, worst
+
+
 def test_embed_cli_speed_flags(tmp_path, bilm):
     import h5py
 
     from elmokit.cli.main import main
 
-    bilm.save_pretrained(tmp_path / "m")
+    save_native(bilm, tmp_path / "m")
     (tmp_path / "in.txt").write_text("the cat sat\na dog\n")
     for flags, name in ((["--precision", "bf16"], "bf16.h5"), (["--token-cache", "0"], "nocache.h5"), ([], "default.h5")):
         assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / name), "--all", "--model", str(tmp_path / "m"), *flags]) == 0

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from elmokit import Embedder
-from elmokit.tasks.features import FeatureCache, representation_fingerprint
+from elmokit.features import FeatureCache
+from elmokit.representation import fingerprint as representation_fingerprint
 
 SENTENCES = [["The", "cat", "sat", "."], ["A", "b"], [], ["one"], ["Dogs", "bark", "at", "the", "cat", "."]]
 

@@ -1,9 +1,24 @@
 """The two properties batch invariance rests on, checked on the machine the tests run on."""
 
+import numpy as np
 import pytest
 import torch
 
+from elmokit.nn import functional
 from elmokit.nn.functional import MIN_GEMM_ROWS, PreparedWeight, invariant_linear, sigmoid
+
+# "bf16" runs the CPU's own bf16 path (oneDNN kernels where the CPU has them, else the emulation);
+# "bf16-emulated" forces the emulation, so that both bf16 paths are covered on any CPU.
+PRECISIONS = ["fp32", "bf16", "bf16-emulated"]
+
+
+def prepare(weight, bias, precision, monkeypatch):
+    if precision == "bf16-emulated":
+        monkeypatch.setattr(functional, "_native_bf16", False)
+        prepared = PreparedWeight(weight, bias, precision="bf16")
+        assert prepared.emulated
+        return prepared
+    return PreparedWeight(weight, bias, precision=precision)
 
 
 @pytest.mark.parametrize("in_dim, out_dim", [(5, 44), (6, 5), (15, 5), (124, 124), (16, 256), (512, 2048)])
@@ -37,15 +52,15 @@ def test_sigmoid_does_not_depend_on_position():
 
 @pytest.mark.parametrize("in_dim, out_dim", [(5, 44), (6, 5), (124, 124), (512, 2048), (2048, 4096), (512, 16384)])
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_prepared_products_do_not_depend_on_the_batch(in_dim, out_dim, threads, precision):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_prepared_products_do_not_depend_on_the_batch(in_dim, out_dim, threads, precision, monkeypatch):
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         generator = torch.Generator().manual_seed(in_dim + out_dim)
         weight = torch.randn(out_dim, in_dim, generator=generator) / in_dim**0.5
         bias = torch.randn(out_dim, generator=generator)
-        prepared = PreparedWeight(weight, bias, precision=precision)
+        prepared = prepare(weight, bias, precision, monkeypatch)
         x = torch.randn(40, in_dim, generator=generator)
         with torch.inference_mode():
             alone = torch.cat([prepared(x[i : i + 1]) for i in range(40)])
@@ -56,3 +71,62 @@ def test_prepared_products_do_not_depend_on_the_batch(in_dim, out_dim, threads, 
         torch.testing.assert_close(alone, x @ weight.T + bias, atol=tolerance * 10, rtol=tolerance)
     finally:
         torch.set_num_threads(previous)
+
+
+def bf16_rounded(a: np.ndarray) -> np.ndarray:
+    """float32 -> nearest bfloat16 (ties to even), by bit arithmetic: independent of torch."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def test_bf16_rounding_oracle():
+    values = np.array([1.0, 1 + 2**-8, 1 + 2**-7, 1 + 3 * 2**-8, -3.0, 1 + 2**-8 + 2**-20, 2**-7 + 2**-16], dtype=np.float32)
+    assert bf16_rounded(values).tolist() == [1.0, 1.0, 1 + 2**-7, 1 + 2**-6, -3.0, 1 + 2**-7, 2**-7]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16-emulated"])
+def test_bf16_products_are_exact_products_of_bf16_operands(precision, monkeypatch):
+    """The bf16 contract on every CPU: weights and inputs rounded to bf16, products summed in fp32,
+    the bias added in fp32. So the result lies within fp32 summation error of the float64 product of
+    the bf16-rounded operands (for any summation order: (n + 2) * 2^-24 * sum of |terms|), and is
+    really rounded (far from the fp32 product). oneDNN's native kernel also returns the product
+    (before the bias) rounded to bf16: up to 2^-8 of its size more."""
+    generator = torch.Generator().manual_seed(37)
+    in_dim, out_dim = 129, 37
+    weight = torch.randn(out_dim, in_dim, generator=generator)
+    bias = torch.randn(out_dim, generator=generator)
+    x = torch.randn(23, in_dim, generator=generator)
+    prepared = prepare(weight, bias, precision, monkeypatch)
+    with torch.inference_mode():
+        out = prepared(x).double().numpy()
+    xr, wr = bf16_rounded(x.numpy()).astype(np.float64), bf16_rounded(weight.numpy()).astype(np.float64)
+    oracle = xr @ wr.T + bias.numpy()
+    summation = (in_dim + 2) * 2.0**-24 * (np.abs(xr) @ np.abs(wr).T + np.abs(bias.numpy()))
+    bound = summation if prepared.emulated else summation + 2.0**-8 * np.abs(xr @ wr.T)
+    assert (np.abs(out - oracle) <= bound).all()
+    exact = x.double().numpy() @ weight.double().numpy().T + bias.numpy()
+    assert (np.abs(out - exact) > summation).mean() > 0.5, "the operands really are rounded to bf16"
+
+
+def test_bf16_backend_is_probed_once_and_named(monkeypatch):
+    monkeypatch.setattr(functional, "_native_bf16", None)
+    backend = functional.bf16_backend()
+    assert backend in ("onednn", "emulated")
+    assert functional._native_bf16 is (backend == "onednn")
+    assert PreparedWeight(torch.ones(16, 16), precision="bf16").emulated is (backend == "emulated")
+    assert not PreparedWeight(torch.ones(16, 16), precision="fp32").emulated
+
+
+def test_invariant_scores_tie_identical_rows_and_keep_prefixes():
+    rng = np.random.default_rng(1)
+    rows = rng.standard_normal((1001, 37)).astype(np.float32)
+    rows[500] = rows[3]
+    rows[999] = rows[3]
+    queries = rng.standard_normal((5, 37)).astype(np.float32)
+    scores = functional.invariant_scores(rows, queries)
+    assert scores.shape == (1001, 5) and scores.dtype == np.float32
+    assert np.array_equal(scores[3], scores[500]) and np.array_equal(scores[3], scores[999])
+    for k in (1, 17, 501):
+        assert np.array_equal(functional.invariant_scores(rows[:k], queries), scores[:k]), k
+    np.testing.assert_allclose(scores, rows.astype(np.float64) @ queries.T.astype(np.float64), atol=1e-4)

@@ -164,11 +164,11 @@ def test_clear_errors(tmp_path, index):
 
 
 def test_cli_index_then_query_and_temporary_index(tmp_path, tiny_original, capsys):
-    from elmokit import BiLM
+    from elmokit import load_original, save_native
     from elmokit.cli.main import main
     from elmokit.static.vectors import StaticVectors
 
-    BiLM.from_original(*tiny_original[:2]).save_pretrained(tmp_path / "m")
+    save_native(load_original(*tiny_original[:2]), tmp_path / "m")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(s) for s in CORPUS) + "\n\nignored beyond max sentences\n")
     StaticVectors(["play", "game", "stage"], np.array([[1, 0], [0.9, 0.1], [0, 1]], dtype=np.float32)).save(tmp_path / "v.txt")
@@ -191,3 +191,53 @@ def test_cli_index_then_query_and_temporary_index(tmp_path, tiny_original, capsy
     assert "built with elmo:m" in capsys.readouterr().err
     assert main(["neighbors", *model, "--index", str(tmp_path / "idx"), "a b", "x"]) == 2
     assert "WORD_INDEX must be an integer" in capsys.readouterr().err
+
+
+class TableRep:
+    """A context-free fake: each word its own random vector of an odd dim, so a repeated word gives
+    identical rows wherever it occurs."""
+
+    name = "table-fake"
+    num_layers = 1
+
+    def __init__(self, dim):
+        self.dim = dim
+
+    def vector(self, token):
+        return np.random.default_rng(zlib.crc32(token.encode())).standard_normal(self.dim)
+
+    def embed(self, sentences):
+        return [np.array([self.vector(t) for t in s], dtype=np.float32).reshape(1, len(s), self.dim) for s in sentences]
+
+
+@pytest.mark.parametrize("dim", [37, 129])
+def test_identical_rows_tie_exactly_and_in_corpus_order(tmp_path, monkeypatch, dim):
+    """Bug 5: BLAS rounds a row by its position and by how many rows are scored (OpenBLAS's
+    AVX-512 kernel split two identical rows in the last bit), so ties by corpus order broke on
+    some CPUs. A row's score must depend only on the row: identical rows, far apart and in
+    different scoring chunks, get exactly equal scores whichever rows are scored."""
+    import elmokit.evaluation.neighbors as neighbors
+
+    monkeypatch.setattr(neighbors, "CHUNK_ELEMENTS", 1000, raising=False)  # several chunks of about 1000 / dim rows
+    rng = np.random.default_rng(dim)
+    corpus = [[f"w{int(i)}" for i in rng.integers(0, 3000, size=int(rng.integers(3, 20)))] for _ in range(400)]
+    where = [(0, 0), (57, 1), (211, 2), (399, len(corpus[399]) - 1)]
+    for s, t in where:
+        corpus[s][t] = "dup"
+    rep = TableRep(dim)
+    index = NeighborIndex.build(rep, corpus, tmp_path / "i", dtype="float32", batch_sentences=64)
+    rows = [int(index.offsets[s]) + t for s, t in where]
+    query = rep.vector("dup") + 0.3 * rng.standard_normal(dim)
+    full = index.scores(0, query)
+    assert len(full) > 3000 and len({full[r] for r in rows}) == 1, "identical rows, identical scores"
+    assert [float(full[r]) for r in rows] == [float(x) for x in index.scores(0, query, np.array(rows))]
+    for r in (rows[1], rows[3], 1, len(full) - 2):
+        assert index.scores(0, query, np.array([r]))[0] == full[r], "a row's score does not depend on the others"
+    # against float64 brute force of the stored unit rows
+    stored = np.asarray(index.layers[0], dtype=np.float64)
+    np.testing.assert_allclose(full, stored @ (query / np.linalg.norm(query)), rtol=0, atol=1e-12)
+    # ties by corpus order, whether all rows or only the word's form are scored
+    for same_form in (None, "dup"):
+        hits = index.query(0, query, top=len(where), same_form=same_form)
+        assert [(h.sentence, h.token) for h in hits] == where
+        assert len({h.score for h in hits}) == 1

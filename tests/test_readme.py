@@ -19,10 +19,10 @@ def test_python_examples_run(index, capsys):
 
 
 def test_first_python_example_prints_the_shapes(capsys):
-    from elmokit import BiLM
+    from elmokit import load_bilm
 
     exec(code_blocks("python")[0], {})
-    shipped = BiLM.from_pretrained("default")  # the shipped default model decides layers and dim
+    shipped = load_bilm("default")  # the shipped default model decides layers and dim
     layers, dim = shipped.num_layers, shipped.output_dim
     assert capsys.readouterr().out.strip() == f"[({layers}, 4, {dim}), ({layers}, 2, {dim})]"
 

@@ -132,7 +132,7 @@ def test_warm_initial_state_is_recorded_and_used_again_by_predict(files):
                  "--word-dim", "5", "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["representation"] == {"kind": "elmo", "model": "default", "initial_state": "warm"}
-    from elmokit.tasks.tagger import load_representation
+    from elmokit.representation import load_representation
 
     warm = load_representation(config["representation"])
     sentence = [["John", "saw", "York"]]

@@ -217,7 +217,7 @@ def test_frozen_features_come_from_the_feature_cache_and_runs_repeat_exactly(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == caches  # reused, not rebuilt beside
     assert [h["train_loss"] for h in first.history] == [h["train_loss"] for h in second.history]
     # the cached features training read are the representation's own (predict embeds on the fly)
-    from elmokit.tasks.tagger import feature_source, pad_features
+    from elmokit.features import feature_source, pad_features
 
     cached, cached_mask = feature_source(rep, corpus.sentences, tmp_path).batch([2, 0, 1])
     direct, direct_mask = pad_features(rep.embed([corpus.sentences[i] for i in (2, 0, 1)]))

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from elmokit.bilm import BiLM
+from elmokit.formats import load_bilm, load_original
 from elmokit.cli.main import main
 from elmokit.evaluation.perplexity import perplexity
 from elmokit.text.chars import batch_to_ids
@@ -119,13 +119,13 @@ def test_export_native_and_original_give_identical_outputs(tmp_path):
     model_dir = result.model_dir
     assert {p.name for p in model_dir.iterdir()} >= {"config.json", "model.safetensors", "lm.safetensors", "vocab.txt", "README.md"}
     lm, vocab, info = LanguageModel.load(model_dir)
-    inference = BiLM.from_pretrained(model_dir)  # ignores the LM head files
+    inference = load_bilm(model_dir)  # ignores the LM head files
     assert main(["convert", str(model_dir), str(tmp_path / "original")]) == 0
     with h5py.File(tmp_path / "original" / "weights.hdf5") as f:
         names = []
         f.visit(names.append)
     assert not any("softmax" in n for n in names), "the original format has no softmax"
-    original = BiLM.from_original(tmp_path / "original" / "options.json", tmp_path / "original" / "weights.hdf5")
+    original = load_original(tmp_path / "original" / "options.json", tmp_path / "original" / "weights.hdf5")
     ids = batch_to_ids([["The", "cat", "sees", "a", "fish", "."], ["Hello"], ["a", "b", "c"]])
     with torch.no_grad():
         expected = lm.bilm(ids).layers

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit import BiLM, Embedder, batch_to_ids
+from elmokit import BiLM, Embedder, batch_to_ids, load_bilm, load_original, save_native
 from elmokit.warm_state import (
     WARM_STATE_NAME,
     WarmStateError,
@@ -32,7 +32,7 @@ SENTENCES = [
 @pytest.fixture
 def models(tiny_original):
     options_path, weights_path, options, weights = tiny_original
-    return BiLM.from_original(options_path, weights_path), NumpyELMo(options, weights), options
+    return load_original(options_path, weights_path), NumpyELMo(options, weights), options
 
 
 def oracle_state_after(oracle_template: NumpyELMo, sentences):
@@ -160,7 +160,7 @@ def test_folder_round_trip_cli_and_clear_errors(models, tmp_path, capsys):
 
     bilm, _, _ = models
     folder = tmp_path / "model"
-    bilm.save_pretrained(folder)
+    save_native(bilm, folder)
     with pytest.raises(WarmStateError, match=f"no {WARM_STATE_NAME}.*elmokit warm-state --model"):
         Embedder.load(folder, initial_state="warm")
     with pytest.raises(ValueError, match="initial_state must be one of"):
@@ -197,18 +197,18 @@ def test_folder_round_trip_cli_and_clear_errors(models, tmp_path, capsys):
     assert Elmo.from_pretrained(tmp_path / "original", initial_state="warm").bilm.initial_state == "warm"
     # a state left beside other weights is refused
     other = BiLM.from_state(bilm.config, {k: v * 1.5 for k, v in bilm.numpy_state().items()})
-    other.save_pretrained(folder)
+    save_native(other, folder)
     with pytest.raises(WarmStateError, match="other weights"):
         Embedder.load(folder, initial_state="warm")
 
 
 def test_warm_state_of_an_original_format_folder(tiny_original):
     options_path, weights_path, _, _ = tiny_original
-    bilm = BiLM.from_original(options_path, weights_path)
+    bilm = load_original(options_path, weights_path)
     save_warm_state(weights_path.parent, compute_warm_state(bilm))
     warm = Embedder.from_original(options_path, weights_path, initial_state="warm")
     assert warm.initial_state == "warm"
-    assert BiLM.from_pretrained(weights_path.parent, initial_state="warm").initial_state == "warm"
+    assert load_bilm(weights_path.parent, initial_state="warm").initial_state == "warm"
 
 
 def test_shipped_warmup_text_is_tokenised_prose():

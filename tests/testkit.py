@@ -80,3 +80,28 @@ def write_original_files(directory: Path, options: dict, weights: dict) -> tuple
         for name, value in weights.items():
             f.create_dataset(name, data=value)
     return options_path, weights_path
+
+
+def model_snapshot(bilm):
+    """Everything Embedder/Elmo used to change on the caller's model."""
+    return {
+        "training": bilm.training,
+        "stateful": bilm.stateful,
+        "precision": bilm.precision,
+        "token_cache": bilm.token_cache,
+        "params": {n: (p.requires_grad, p.dtype, p.detach().clone()) for n, p in bilm.named_parameters()},
+    }
+
+
+def assert_unchanged(bilm, before) -> None:
+    """``bilm`` is as ``model_snapshot`` saw it: mode, precision, cache, every parameter."""
+    import torch
+
+    after = model_snapshot(bilm)
+    for key in ("training", "stateful", "precision"):
+        assert after[key] == before[key], key
+    assert after["token_cache"] is before["token_cache"], "token_cache"
+    for name, (requires_grad, dtype, value) in before["params"].items():
+        now = after["params"][name]
+        assert (now[0], now[1]) == (requires_grad, dtype), name
+        assert torch.equal(now[2], value), name

@@ -6,6 +6,7 @@
 
 from elmokit.bilm import PRESETS, BiLM, BiLMConfig, BiLMOutput
 from elmokit.elmo import Elmo, Embedder
+from elmokit.formats import load_bilm, load_original, save_native, save_original
 from elmokit.nn.scalar_mix import ScalarMix
 from elmokit.representation import Representation
 from elmokit.text.chars import batch_to_ids
@@ -22,5 +23,9 @@ __all__ = [
     "Representation",
     "ScalarMix",
     "batch_to_ids",
+    "load_bilm",
+    "load_original",
+    "save_native",
+    "save_original",
     "__version__",
 ]

@@ -29,114 +29,22 @@ Deliberate deviations from the reference, both opt-outs of surprising behaviour:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from elmokit.configs import config_from_dict
+# The config lives apart so that file formats can read it without the model; re-exported here.
+from elmokit.bilm_config import ORIGINAL_FILTERS, PRESETS, BiLMConfig  # noqa: F401
 from elmokit.nn.char_encoder import CharCNNEncoder
+from elmokit.nn.functional import PRECISIONS, can_prepare
 from elmokit.nn.lstm import ProjectedLSTM, reverse_padded
-from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS
+from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 
 logger = logging.getLogger(__name__)
-
-INITIAL_STATES = ("zero", "warm")
-
-ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
-
-
-@dataclass(frozen=True, kw_only=True)
-class BiLMConfig:
-    """Architecture of a biLM. Saved as ``config.json`` (with ``format_version``).
-
-    Field names follow the reference ``options.json`` (spec §3.1) where one exists.
-    """
-
-    # 2: added `dropout` (missing in version-1 files means 0.0).
-    FORMAT_VERSION: ClassVar[int] = 2
-
-    char_embedding_dim: int = 16
-    filters: tuple[tuple[int, int], ...] = ORIGINAL_FILTERS  # (width, number of filters)
-    activation: Literal["relu", "tanh"] = "relu"
-    n_highway: int = 2
-    n_characters: int = 262  # 261 byte/special ids + the padding id 0
-    max_characters_per_token: int = 50
-    lstm_dim: int = 4096  # D, the memory cell
-    projection_dim: int = 512  # P, the LSTM output and the token vector size
-    n_layers: int = 2
-    cell_clip: float | None = 3.0
-    proj_clip: float | None = 3.0
-    use_skip_connections: bool = True
-    # bilm-tf builds the token projection only when sum(filters) != projection_dim.
-    token_projection: bool = True
-    # Training only (bilm-tf `dropout`): dropout on every LSTM layer's input, active in train
-    # mode only; inference never uses it. The LM head drops the top layer too (training/lm.py).
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        # JSON gives lists; keep the frozen config hashable and comparable.
-        object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
-        if self.max_characters_per_token != 50:
-            raise ValueError("ELMo character ids are fixed at 50 per token (max_characters_per_token=50)")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.n_characters != 262:
-            raise ValueError(
-                f"n_characters must be 262 (261 ids + padding); got {self.n_characters}. "
-                "Files written with 261 are converted on load."
-            )
-
-    @property
-    def n_filters(self) -> int:
-        return sum(n for _, n in self.filters)
-
-    @property
-    def output_dim(self) -> int:
-        """Size of every output layer: 2P."""
-        return 2 * self.projection_dim
-
-    def replace(self, **changes: Any) -> "BiLMConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["filters"] = [list(f) for f in self.filters]
-        return {"format_version": self.FORMAT_VERSION, **data}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BiLMConfig":
-        return config_from_dict(cls, data, "config")
-
-
-# Named architectures. `original` is elmo_2x4096_512_2048cnn_2xhighway; `allennlp_small` and
-# `allennlp_medium` the published 2x1024_128 and 2x2048_256 shapes; `small` a CPU-sized one
-# (512-filter CNN); `tiny` is for tests. The trainable presets carry bilm-tf's dropout 0.1.
-PRESETS: dict[str, BiLMConfig] = {
-    "tiny": BiLMConfig(
-        char_embedding_dim=4,
-        filters=((1, 4), (2, 8), (3, 16)),
-        n_highway=1,
-        lstm_dim=24,
-        projection_dim=8,
-    ),
-    "small": BiLMConfig(
-        filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256)),
-        n_highway=1,
-        lstm_dim=1024,
-        projection_dim=128,
-        dropout=0.1,
-    ),
-    "allennlp_small": BiLMConfig(n_highway=1, lstm_dim=1024, projection_dim=128, dropout=0.1),
-    "allennlp_medium": BiLMConfig(n_highway=1, lstm_dim=2048, projection_dim=256, dropout=0.1),
-    "original": BiLMConfig(dropout=0.1),
-}
 
 
 @dataclass
@@ -230,11 +138,12 @@ class BiLM(nn.Module):
         self.reset_states()
         return self
 
-    # ---- construction from files (the formats/ package does the work) ------------------------
+    # ---- construction from arrays, copies (files: ``elmokit.formats``, which imports this) ------
 
     @classmethod
     def from_state(cls, config: BiLMConfig, state: dict, *, stateful: bool = False) -> "BiLM":
-        """A model from a config and a state dict of arrays (numpy or torch) under our names."""
+        """A model in eval mode from a config and a state dict of arrays (numpy or torch) under our
+        names. To read model files use ``elmokit.formats.load_bilm`` (it names the files in errors)."""
         model = cls(config, stateful=stateful)
         expected = model.state_dict()
         missing = sorted(set(expected) - set(state))
@@ -252,52 +161,28 @@ class BiLM(nn.Module):
         model.load_state_dict(tensors)
         return model.eval()
 
-    @classmethod
-    def from_original(
-        cls, options_file, weight_file, *, stateful: bool = False, initial_state: str = "zero"
-    ) -> "BiLM":
-        """Load bilm-tf / allennlp ``options.json`` + ``weights.hdf5`` (261- or 262-row char table).
-
-        ``initial_state="warm"`` reads ``warm_state.safetensors`` beside the weight file."""
-        from elmokit.formats.bilm_hdf5 import read_options, read_weights
-
-        config = read_options(options_file)
-        model = cls.from_state(config, read_weights(weight_file, config), stateful=stateful)
-        return model.load_initial_state(initial_state, os.path.dirname(os.path.abspath(weight_file)))
-
-    @classmethod
-    def from_pretrained(cls, path="default", *, stateful: bool = False, initial_state: str = "zero") -> "BiLM":
-        """Load ``"default"`` (the shipped model), a native folder, or a folder holding
-        ``options.json`` and one ``.hdf5`` weight file. ``initial_state``: ``"zero"`` (the
-        default) or ``"warm"`` (the folder's ``warm_state.safetensors``; see ``elmokit.warm_state``)."""
-        from elmokit.formats import load_bilm
-
-        return load_bilm(path, stateful=stateful, initial_state=initial_state)
-
-    def load_initial_state(self, initial_state: str, directory) -> "BiLM":
-        """``"zero"``: nothing to do; ``"warm"``: use the warm state stored in ``directory``."""
-        if initial_state not in INITIAL_STATES:
-            raise ValueError(f"initial_state must be one of {INITIAL_STATES}, got {initial_state!r}")
-        if initial_state == "warm":
-            from elmokit.warm_state import load_warm_state
-
-            self.set_initial_state(load_warm_state(directory, self))
-        return self
-
     def numpy_state(self) -> dict:
         return {name: value.detach().cpu().numpy() for name, value in self.state_dict().items()}
 
-    def save_pretrained(self, directory, *, model_card: str | None = None):
-        """Write the native folder: config.json + model.safetensors + README.md (model card)."""
-        from elmokit.formats.native import write_native
-
-        return write_native(directory, self.config, self.numpy_state(), model_card=model_card)
-
-    def save_original(self, directory):
-        """Write ``options.json`` + ``weights.hdf5`` that bilm-tf and allennlp can read."""
-        from elmokit.formats.bilm_hdf5 import write_original
-
-        return write_original(directory, self.config, self.numpy_state())
+    def copy(self) -> "BiLM":
+        """An independent copy: the same class, config, weights (copied, not shared; same device and
+        dtype), statefulness and carried state, initial state, precision and train/eval mode;
+        parameters require grad (as in a new model); no token cache. Changing either model never
+        changes the other."""
+        device = next(self.parameters()).device
+        with torch.device("meta"):  # no random initialisation: every value is copied below
+            clone = type(self)(self.config, stateful=self.stateful)
+        clone = clone.to_empty(device=device)
+        with torch.no_grad():  # each tensor copied as it is (device and dtype kept)
+            for mine, theirs in zip(clone.parameters(), self.parameters(), strict=True):
+                mine.data = theirs.detach().clone()
+        if self.warm_h is not None:
+            clone.set_initial_state((self.warm_h, self.warm_c))
+            clone.warm_state_metadata = dict(self.warm_state_metadata or {})
+        if self._state is not None:
+            clone._state = (self._state[0].clone(), self._state[1].clone())
+        clone.set_precision(self.precision)
+        return clone.train(self.training)
 
     # ---- data flow -------------------------------------------------------------------------
 
@@ -319,15 +204,33 @@ class BiLM(nn.Module):
     def set_precision(self, precision: str) -> "BiLM":
         """Inference arithmetic: ``"fp32"`` (the default, exact) or ``"bf16"`` (fast: bf16 weights in
         every matrix product, fp32 elsewhere; see docs/benchmarks.md for the measured error).
-        Training and autograd always use fp32."""
-        from elmokit.nn.functional import PRECISIONS
 
+        bf16 exists only on the CPU inference path (float32 weights on the CPU, with autograd off or
+        every parameter frozen); ``forward`` raises ``ValueError`` rather than silently computing
+        fp32 anywhere else (training, fine-tuning, a GPU). Training and autograd always use fp32."""
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         for module in self.modules():
             if module is not self and hasattr(module, "precision"):
                 module.precision = precision
         return self
+
+    def check_precision(self) -> None:
+        """Raise ``ValueError`` if the precision set cannot be applied to a call made now (bf16
+        with autograd on a parameter that requires grad, or off the CPU, or not float32)."""
+        if self.precision == "fp32":
+            return
+        probe = torch.empty(0)  # stands for the layer inputs: they need grad only through a parameter
+        blocked = [name for name, p in self.named_parameters() if not can_prepare(probe.to(p.device), p)]
+        if blocked:
+            parameter = dict(self.named_parameters())[blocked[0]]
+            raise ValueError(
+                f"precision={self.precision!r} applies to CPU float32 inference only, but parameter "
+                f"{blocked[0]!r} is {parameter.dtype} on {parameter.device.type} with requires_grad="
+                f"{parameter.requires_grad} and autograd {'on' if torch.is_grad_enabled() else 'off'}; "
+                "fix: run under torch.inference_mode() (or freeze the parameters) on the CPU, "
+                "or set_precision('fp32') for training and other devices"
+            )
 
     @property
     def precision(self) -> str:
@@ -346,14 +249,12 @@ class BiLM(nn.Module):
 
     def cache_vocabulary(self, words) -> None:
         """Pre-compute the token vectors of a word list (the cache grows to hold them all)."""
-        from elmokit.text.chars import batch_to_ids as _ids
-
         words = list(words)
         if self.token_cache is None or self.token_cache.max_size < len(words):
             self.enable_token_cache(max(len(words), self.token_cache.max_size if self.token_cache else 0))
         with torch.inference_mode():
             for start in range(0, len(words), 4096):
-                ids = _ids([words[start : start + 4096]])[0]
+                ids = batch_to_ids([words[start : start + 4096]])[0]
                 self.token_cache.lookup(ids, self.token_encoder.encode_unique)
 
     def forward(self, char_ids: torch.Tensor, *, keep_boundaries: bool = True) -> BiLMOutput:
@@ -365,6 +266,7 @@ class BiLM(nn.Module):
         """
         if char_ids.dim() != 3 or char_ids.shape[-1] != self.config.max_characters_per_token:
             raise ValueError(f"expected char ids of shape (B, T, 50), got {tuple(char_ids.shape)}")
+        self.check_precision()
         ids, mask = add_boundaries(char_ids)  # (B, T2, C), (B, T2)
         lengths = mask.sum(dim=1)  # (B,)
         tokens = self.token_vectors(ids, mask)  # (B, T2, P)

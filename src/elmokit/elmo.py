@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from elmokit.bilm import BiLM, remove_boundaries
+from elmokit.formats import load_bilm, load_original
 from elmokit.nn.scalar_mix import ScalarMix
 from elmokit.text.chars import batch_to_ids
 
@@ -41,6 +42,9 @@ class Elmo(nn.Module):
         keep_sentence_boundaries: return the <S> and </S> positions too (T + 2).
         scalar_mix_parameters: fixed pre-softmax layer weights; the mixes are then not trained.
         stateful: the reference's state carrying between calls (see ``BiLM``).
+        module: a ``BiLM`` to use instead of files. Elmo works on its own copy (``BiLM.copy``):
+            it sets the copy's ``requires_grad`` and ``stateful``, and fine-tuning trains the
+            copy (``elmo.bilm``), so the caller's module is never changed.
 
     ``forward(char_ids (..., T, 50))`` returns ``{"elmo_representations": K x (..., T, 2P),
     "mask": (..., T) bool}``.
@@ -58,13 +62,17 @@ class Elmo(nn.Module):
         scalar_mix_parameters: Sequence[float] | None = None,
         stateful: bool = False,
         module: BiLM | None = None,
+        *,
+        _owned: bool = False,
     ) -> None:
         super().__init__()
         if module is None:
             if options_file is None or weight_file is None:
                 raise ValueError("Elmo needs options_file and weight_file, or module=BiLM(...)")
-            module = BiLM.from_original(options_file, weight_file, stateful=stateful)
-        elif stateful:
+            module = load_original(options_file, weight_file, stateful=stateful)
+        elif not _owned:  # the caller's model: never changed, so work on a copy
+            module = module.copy()
+        if stateful:
             module.stateful = True
         self.bilm = module
         for parameter in self.bilm.parameters():
@@ -93,8 +101,8 @@ class Elmo(nn.Module):
         **kwargs,
     ) -> "Elmo":
         """``initial_state="warm"``: every sentence starts from the model's warm state (see ``BiLM``)."""
-        bilm = BiLM.from_pretrained(path, stateful=stateful, initial_state=initial_state)
-        return cls(module=bilm, num_output_representations=num_output_representations, **kwargs)
+        bilm = load_bilm(path, stateful=stateful, initial_state=initial_state)
+        return cls(module=bilm, num_output_representations=num_output_representations, _owned=True, **kwargs)
 
     def get_output_dim(self) -> int:
         return self.bilm.output_dim
@@ -134,9 +142,15 @@ class Embedder:
     order; ``initial_state="warm"`` starts every sentence from the model's warm state instead
     (the same for all, so just as order-free; see ``elmokit.warm_state``); ``stateful=True``
     carries states between batches exactly like the reference.
-    ``precision="bf16"`` is the fast path (documented error in docs/benchmarks.md); the token
-    vectors of up to ``token_cache_size`` spellings are cached (exact; 0 turns it off).
+    ``precision="bf16"`` is the fast path on the CPU (documented error in docs/benchmarks.md;
+    ``ValueError`` on other devices, never a silent fp32); the token vectors of up to
+    ``token_cache_size`` spellings are cached (exact; 0 turns it off).
     Implements the ``Representation`` protocol.
+
+    ``Embedder(bilm)`` works on its own copy of ``bilm`` (``BiLM.copy``: eval mode, the precision
+    and the cache are set on the copy), so the caller's model keeps its mode, precision, cache,
+    parameters and gradients; later changes to the caller's weights are not seen (make a new
+    Embedder). ``Embedder.load`` and ``Embedder.from_original`` load a model for it alone.
     """
 
     def __init__(
@@ -147,8 +161,14 @@ class Embedder:
         batch_size: int = 64,
         precision: str = "fp32",
         token_cache_size: int = 20_000,
+        _owned: bool = False,
     ) -> None:
+        if not _owned:  # the caller's model: never changed, so work on a copy
+            bilm = bilm.copy()
         self.bilm = bilm.eval().set_precision(precision)
+        for parameter in self.bilm.parameters():  # inference only: no autograd, so bf16 always applies
+            parameter.requires_grad_(False)
+        self.bilm.check_precision()
         if token_cache_size > 0:
             self.bilm.enable_token_cache(token_cache_size)  # bit-identical, so on by default
         self.name = name
@@ -165,9 +185,9 @@ class Embedder:
         written by ``elmokit warm-state``). ``options``: ``batch_size``, ``precision`` ("fp32"
         exact, "bf16" fast), ``token_cache_size``.
         """
-        bilm = BiLM.from_pretrained(path, stateful=stateful, initial_state=initial_state)
+        bilm = load_bilm(path, stateful=stateful, initial_state=initial_state)
         suffix = "+warm" if initial_state == "warm" else ""
-        return cls(bilm, name=f"elmo:{Path(str(path)).name}{suffix}", **options)
+        return cls(bilm, name=f"elmo:{Path(str(path)).name}{suffix}", _owned=True, **options)
 
     @classmethod
     def from_original(
@@ -179,9 +199,9 @@ class Embedder:
         initial_state: str = "zero",
         **options,
     ) -> "Embedder":
-        bilm = BiLM.from_original(options_file, weight_file, stateful=stateful, initial_state=initial_state)
+        bilm = load_original(options_file, weight_file, stateful=stateful, initial_state=initial_state)
         suffix = "+warm" if initial_state == "warm" else ""
-        return cls(bilm, name=f"elmo:{Path(weight_file).stem}{suffix}", **options)
+        return cls(bilm, name=f"elmo:{Path(weight_file).stem}{suffix}", _owned=True, **options)
 
     @property
     def initial_state(self) -> str:

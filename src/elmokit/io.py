@@ -46,6 +46,7 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp
+        _apply_umask(tmp)  # mkdtemp makes the folder private (0700), and some writers their files (0600)
         old = None
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
@@ -56,3 +57,18 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _apply_umask(folder: Path) -> None:
+    """Give ``folder``, its subfolders and files the permissions of ones made normally (umask 022:
+    0755 folders, 0644 files), whatever the writers created them with."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for root, folders, files in os.walk(folder):
+        for name in folders:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~umask)

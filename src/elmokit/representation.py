@@ -1,11 +1,36 @@
-"""The one interface every representation offers (ELMo, static tables, transformers).
+"""The one interface every representation offers (ELMo, static tables, transformers), how any of
+them is loaded, and its fingerprint.
 
-Evaluation and task code only ever see this surface, so they never ask which kind they hold.
+Evaluation and task code only ever see the ``Representation`` surface, so they never ask which
+kind they hold.
+
+Loading. A representation is described by a *spec*: a small JSON dict, written into the
+config.json of every task model trained on it so that prediction rebuilds the same features::
+
+    {"kind": "elmo", "model": "default"}                        # shipped name or model folder
+    {"kind": "elmo", "model": "/runs/lm", "initial_state": "warm"}
+    {"kind": "elmo-original", "options_file": ".../options.json", "weight_file": ".../weights.hdf5"}
+    {"kind": "vectors", "path": ".../vectors.txt"}              # a static table: run folder or file
+    {}                                                          # no representation (a baseline)
+
+``load_representation(spec)`` dispatches on ``spec["kind"]`` through ``REPRESENTATION_KINDS``;
+``spec_from_flags(...)`` builds the spec from the command line's ``--model``,
+``--options-file``/``--weight-file`` and ``--vectors``. A new kind of representation (the
+transformers of the next issue) plugs in as one class with ``kind``, ``fields``,
+``path_fields`` and ``load(spec, options)``, and one entry in the table; nothing else changes.
+
+Fingerprint. ``fingerprint(rep)`` is a string that changes whenever the representation's outputs
+could change; it keys the feature caches and the neighbour indexes. A representation may bring its
+own (a ``fingerprint`` attribute: ``Embedder`` hashes config, weights, precision and initial state);
+a static table is fingerprinted by its vectors and words here.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -27,3 +52,163 @@ class Representation(Protocol):
     def embed(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """One float32 array of shape (num_layers, n_tokens, dim) per sentence."""
         ...
+
+
+class RepresentationError(ValueError):
+    """A representation that cannot be loaded as described; the message names the spec or flag and the fix."""
+
+
+# --------------------------------------------------------------------------- the kinds
+
+
+class ElmoModel:
+    """An ELMo model by shipped name ('default') or folder (native, or options.json + weights.hdf5)."""
+
+    kind = "elmo"
+    fields = ("model", "initial_state")
+    path_fields = ("model",)
+
+    @staticmethod
+    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
+        from elmokit.elmo import Embedder
+
+        return Embedder.load(spec["model"], initial_state=spec.get("initial_state", "zero"), **options)
+
+
+class ElmoOriginalFiles:
+    """An ELMo model in the original format given as two files (options.json, weights.hdf5)."""
+
+    kind = "elmo-original"
+    fields = ("options_file", "weight_file", "initial_state")
+    path_fields = ("options_file", "weight_file")
+
+    @staticmethod
+    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
+        from elmokit.elmo import Embedder
+
+        return Embedder.from_original(spec["options_file"], spec["weight_file"],
+                                      initial_state=spec.get("initial_state", "zero"), **options)
+
+
+class StaticTable:
+    """A static word-vector table: a run folder of ``elmokit static train`` or a word2vec/GloVe file.
+
+    Of the loading options only ``stateful`` and ``precision`` could change a table's outputs; it has
+    neither mode, so asking for one is an error (``batch_size``, ``token_cache_size`` do not apply)."""
+
+    kind = "vectors"
+    fields = ("path",)
+    path_fields = ("path",)
+
+    @staticmethod
+    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
+        from elmokit.static.vectors import StaticVectors
+
+        if options.get("stateful") or options.get("precision", "fp32") != "fp32":
+            raise RepresentationError(f"{spec['path']}: a static table has no stateful or bf16 mode")
+        return StaticVectors.load(spec["path"])
+
+
+# kind -> the class that loads it. One entry per kind of representation.
+REPRESENTATION_KINDS: dict[str, Any] = {k.kind: k for k in (ElmoModel, ElmoOriginalFiles, StaticTable)}
+# Options a caller may pass to load_representation; each kind uses the ones that apply to it.
+ELMO_OPTIONS = ("batch_size", "precision", "token_cache_size", "stateful")
+
+
+def load_representation(spec: Mapping[str, Any], *, base: str | os.PathLike | None = None, source: str = "",
+                        **options):
+    """The representation a spec describes; None for the empty spec (no representation).
+
+    ``base``: the folder the spec was saved in; relative paths in it are read from there.
+    ``source``: where the spec came from (a config.json), named in errors.
+    ``options``: ``batch_size``, ``precision``, ``token_cache_size``, ``stateful`` (ELMo kinds).
+    """
+    where = f"{source}: " if source else ""
+    if not spec:
+        return None
+    kind = spec.get("kind")
+    loader = REPRESENTATION_KINDS.get(kind)
+    if loader is None:
+        raise RepresentationError(f"{where}unknown representation kind {kind!r}; known kinds: "
+                                  f"{', '.join(REPRESENTATION_KINDS)} (is this elmokit older than the file?)")
+    unknown = sorted(set(spec) - {"kind", *loader.fields})
+    missing = [f for f in loader.path_fields if not spec.get(f)]
+    if unknown or missing:
+        raise RepresentationError(f"{where}representation {dict(spec)!r}: "
+                                  + (f"unknown fields {unknown}" if unknown else f"missing {', '.join(missing)}"))
+    unused = sorted(set(options) - set(ELMO_OPTIONS))
+    if unused:
+        raise TypeError(f"load_representation got unexpected options {unused}")
+    resolved = dict(spec)
+    if base is not None:
+        for name in loader.path_fields:
+            value = str(resolved[name])
+            if not (name == "model" and _is_shipped(value)) and not Path(value).is_absolute():
+                resolved[name] = str(Path(base) / value)
+    return loader.load(resolved, {k: v for k, v in options.items() if v is not None})
+
+
+def _is_shipped(name: str) -> bool:
+    from elmokit.formats import SHIPPED_MODELS
+
+    return name in SHIPPED_MODELS
+
+
+def spec_from_flags(
+    *, model: str | None = None, options_file: str | None = None, weight_file: str | None = None,
+    vectors: str | None = None, initial_state: str = "zero", default_model: str | None = "default",
+) -> dict[str, Any]:
+    """The spec the command-line flags describe, with absolute paths (so a saved spec works from
+    any working directory). ``model`` defaults to ``default_model`` when no flag names a
+    representation; with ``default_model=None`` that gives ``{}`` (none)."""
+    if (options_file is None) != (weight_file is None):
+        raise RepresentationError("--options-file and --weight-file go together")
+    given = [flag for flag, value in (("--model", model), ("--options-file/--weight-file", options_file),
+                                      ("--vectors", vectors)) if value is not None]
+    if len(given) > 1:
+        raise RepresentationError(f"give one of --model, --options-file/--weight-file or --vectors, not {' and '.join(given)}")
+    if vectors is not None:
+        if initial_state != "zero":
+            raise RepresentationError("--initial-state applies to ELMo models, not to --vectors")
+        if not Path(vectors).exists():
+            raise FileNotFoundError(f"--vectors {vectors}: no such file or folder")
+        return {"kind": StaticTable.kind, "path": str(Path(vectors).resolve())}
+    if options_file is not None:
+        spec = {"kind": ElmoOriginalFiles.kind, "options_file": str(Path(options_file).resolve()),
+                "weight_file": str(Path(weight_file).resolve())}
+    else:
+        model = model if model is not None else default_model
+        if model is None:
+            return {}
+        spec = {"kind": ElmoModel.kind, "model": model if _is_shipped(model) else str(Path(model).resolve())}
+    if initial_state != "zero":
+        spec["initial_state"] = initial_state
+    return spec
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+
+def fingerprint(rep) -> str:
+    """A string that changes whenever the representation's outputs could change.
+
+    Raises TypeError for a representation that cannot say (a test fake without a ``fingerprint``
+    attribute): callers then keep its features in memory instead of in a keyed cache.
+    """
+    own = getattr(rep, "fingerprint", None)
+    if own is not None:
+        return str(own)
+    vectors = getattr(rep, "vectors", None)  # a static table
+    if isinstance(vectors, np.ndarray):
+        digest = hashlib.sha256(np.ascontiguousarray(vectors).tobytes())
+        digest.update("\n".join(getattr(rep, "words", [])).encode("utf-8"))
+        subwords = getattr(rep, "subwords", None)  # fastText: unseen words are built from these rows
+        if subwords is not None:
+            digest.update(f"subwords {subwords.min_n} {subwords.max_n} {subwords.bucket}".encode())
+            digest.update(np.ascontiguousarray(subwords.bucket_ids, dtype=np.int64).tobytes())
+            digest.update(np.ascontiguousarray(subwords.vectors, dtype=np.float32).tobytes())
+        return f"{rep.name}:{digest.hexdigest()[:16]}"
+    raise TypeError(
+        f"cannot fingerprint representation {getattr(rep, 'name', rep)!r}: give it a `fingerprint` "
+        "attribute (a string that changes when its outputs change) or pass an explicit cache directory"
+    )

@@ -122,7 +122,7 @@ def compute_warm_state(bilm, sentences: Sequence[Sequence[str]] | None = None) -
     per call in one batch row: forward state after the text in order, backward state after the
     text read backwards (sentences in reverse order). See the module docstring for why.
     """
-    from elmokit.bilm import BiLM
+    from elmokit.bilm import BiLM  # this module uses the model; the model never imports it
     from elmokit.text.chars import batch_to_ids
 
     sentences = [list(s) for s in (warmup_sentences() if sentences is None else sentences)]
@@ -169,8 +169,11 @@ def save_warm_state(directory: str | os.PathLike, state: WarmState) -> Path:
 
 
 def load_warm_state(directory: str | os.PathLike, bilm) -> WarmState:
-    """Read the warm state stored in a model folder and check it belongs to ``bilm``'s weights."""
+    """Read the warm state stored in a model folder and check it: readable, the shapes of
+    ``bilm``'s config, finite, and computed for ``bilm``'s weights (``WarmStateError`` naming the file)."""
     from safetensors import safe_open
+
+    from elmokit.formats.checks import describe_non_finite
 
     path = Path(directory) / WARM_STATE_NAME
     if not path.exists():
@@ -183,14 +186,27 @@ def load_warm_state(directory: str | os.PathLike, bilm) -> WarmState:
             raw_meta = f.metadata() or {}
             arrays = {key: f.get_tensor(key) for key in f.keys()}
     except Exception as error:  # safetensors raises its own error types for a damaged file
-        raise WarmStateError(f"{path}: not a readable safetensors file ({error})") from None
-    metadata = {key: json.loads(value) for key, value in raw_meta.items()}
+        reason = "empty: 0 bytes" if path.stat().st_size == 0 else (str(error).splitlines() or [""])[0]
+        raise WarmStateError(
+            f"{path}: not a readable safetensors file ({reason}); fix: recompute it with "
+            f"`elmokit warm-state --model {directory}`"
+        ) from None
+    try:
+        metadata = {key: json.loads(value) for key, value in raw_meta.items()}
+    except json.JSONDecodeError:
+        raise WarmStateError(f"{path}: metadata is not elmokit's (not JSON); fix: recompute it with "
+                             f"`elmokit warm-state --model {directory}`") from None
     config = bilm.config
     expected = {"h": (config.n_layers, 2, config.projection_dim), "c": (config.n_layers, 2, config.lstm_dim)}
     for key, shape in expected.items():
         if key not in arrays or tuple(arrays[key].shape) != shape:
             found = tuple(arrays[key].shape) if key in arrays else "missing"
             raise WarmStateError(f"{path}: tensor {key!r} should have shape {shape} for this model, found {found}")
+        problem = describe_non_finite(arrays[key])
+        if problem:
+            raise WarmStateError(
+                f"{path}: tensor {key!r} holds {problem}; fix: recompute it with `elmokit warm-state --model {directory}`"
+            )
     if metadata.get("weights_sha256") != weights_fingerprint(bilm):
         raise WarmStateError(
             f"{path}: computed for other weights than this model's; fix: recompute it with "

@@ -88,3 +88,27 @@ def test_subword_vector_is_mean_of_stored_rows():
 
     assert evaluate_similarity(WordVectors(t, in_vocab_only=True), pairs)["n_covered"] == 1
     assert not t.has_vector("q")  # "<q>" is one 3-gram, whose bucket is (almost surely) not stored
+
+
+@pytest.mark.parametrize("dim", [37, 129])
+def test_identical_rows_tie_exactly_in_table_order(dim):
+    """Ranking must not depend on the CPU's BLAS kernels: identical rows, far apart, score exactly
+    the same and rank in table order; a restricted search scores a word as the full one does."""
+    rng = np.random.default_rng(dim)
+    vectors = rng.standard_normal((3001, dim)).astype(np.float32)
+    twins = [7, 1501, 2998]
+    for row in twins[1:]:
+        vectors[row] = vectors[twins[0]]
+    words = [f"w{i}" for i in range(len(vectors))]
+    t = StaticVectors(words, vectors, name="twins")
+    query = vectors[twins[0]] + 0.3 * rng.standard_normal(dim).astype(np.float32)
+    hits = t.most_similar(query, topn=3)
+    assert [w for w, _ in hits] == [words[r] for r in twins]
+    assert len({s for _, s in hits}) == 1
+    full = dict(t.most_similar(query, topn=len(words)))
+    for restrict in (2000, 1502, 17):
+        for word, score in t.most_similar(query, topn=restrict, restrict=restrict):
+            assert score == full[word], (restrict, word)
+    V = vectors.astype(np.float64)
+    cos = V @ query / np.linalg.norm(V, axis=1) / np.linalg.norm(query)
+    np.testing.assert_allclose([full[w] for w in words], cos, atol=1e-6)

@@ -8,11 +8,12 @@ import sys
 
 from elmokit.formats import ModelFolderError, WeightFileError
 from elmokit.formats.embedding_hdf5 import InputFileError
+from elmokit.representation import RepresentationError
 
 from elmokit.warm_state import WarmStateError
 
 # Errors that are the user's input, reported as one line without a traceback.
-USER_ERRORS = (InputFileError, WeightFileError, ModelFolderError, WarmStateError, FileNotFoundError)
+USER_ERRORS = (InputFileError, WeightFileError, ModelFolderError, WarmStateError, RepresentationError, FileNotFoundError)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,22 +37,32 @@ def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cache the token vectors of N spellings (exact; 0 disables; default 20000)")
 
 
-def load_embedder(args: argparse.Namespace, *, stateful: bool = False, batch_size: int = 64):
-    from elmokit.elmo import Embedder
+def load_representation(args: argparse.Namespace, *, stateful: bool = False, batch_size: int = 64,
+                        default_model: str | None = "default"):
+    """(representation, spec) from the flags of ``arguments.add_representation_arguments``; (None, {})
+    for ``--no-elmo``. The spec is what a task model saves to rebuild the representation
+    (``elmokit.representation``). ``default_model=None``: no flag gives (None, {})."""
+    vectors = getattr(args, "vectors", None)
+    if getattr(args, "no_elmo", False):
+        if args.model or args.options_file or vectors:
+            raise RepresentationError("--no-elmo takes no --model, --options-file or --vectors")
+        return None, {}
+    return _load_from_flags(args, vectors, stateful=stateful, batch_size=batch_size, default_model=default_model)
 
-    options = {
-        "batch_size": batch_size,
-        "precision": getattr(args, "precision", "fp32"),
-        "token_cache_size": getattr(args, "token_cache", 20_000),
-        "initial_state": getattr(args, "initial_state", "zero"),
-    }
-    if (args.options_file is None) != (args.weight_file is None):
-        raise ModelFolderError("--options-file and --weight-file go together")
-    if args.options_file is not None:
-        if args.model is not None:
-            raise ModelFolderError("give either --model or --options-file/--weight-file, not both")
-        return Embedder.from_original(args.options_file, args.weight_file, stateful=stateful, **options)
-    return Embedder.load(args.model or "default", stateful=stateful, **options)
+
+def load_embedder(args: argparse.Namespace, *, stateful: bool = False, batch_size: int = 64):
+    """The ELMo model the flags of ``add_model_arguments`` name (default: the shipped one)."""
+    return _load_from_flags(args, None, stateful=stateful, batch_size=batch_size)[0]
+
+
+def _load_from_flags(args, vectors, *, stateful, batch_size, default_model="default"):
+    from elmokit.representation import load_representation as load, spec_from_flags
+
+    spec = spec_from_flags(model=args.model, options_file=args.options_file, weight_file=args.weight_file,
+                           vectors=vectors, initial_state=getattr(args, "initial_state", "zero"),
+                           default_model=default_model)
+    return load(spec, stateful=stateful, batch_size=batch_size, precision=getattr(args, "precision", "fp32"),
+                token_cache_size=getattr(args, "token_cache", 20_000)), spec
 
 
 def apply_threads(args: argparse.Namespace) -> None:

@@ -24,19 +24,18 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elmokit.bilm import BiLM
-    from elmokit.formats import CONFIG_NAME, resolve_model_path
+    from elmokit.formats import CONFIG_NAME, load_bilm, resolve_model_path, save_native, save_original
     from elmokit.io import atomic_path
     from elmokit.warm_state import WARM_STATE_NAME
 
     source = resolve_model_path(args.source)
     target = args.to or ("original" if (source / CONFIG_NAME).exists() else "native")
-    bilm = BiLM.from_pretrained(source)
+    bilm = load_bilm(source)
     destination = Path(args.destination)
     if target == "native":
-        bilm.save_pretrained(destination)
+        save_native(bilm, destination)
     else:
-        bilm.save_original(destination)
+        save_original(bilm, destination)
     if (source / WARM_STATE_NAME).exists():  # keyed by the parameters, so valid in either format
         with atomic_path(destination / WARM_STATE_NAME) as tmp:
             shutil.copyfile(source / WARM_STATE_NAME, tmp)

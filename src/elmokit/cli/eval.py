@@ -22,6 +22,15 @@ import math
 import sys
 from pathlib import Path
 
+from elmokit.cli.arguments import (
+    add_classifier_training_arguments,
+    add_representation_arguments,
+    add_tagger_arguments,
+    classifier_training_options,
+    tagger_config_changes,
+    tagger_train_options,
+)
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("eval", help="evaluate representations (similarity, analogy, probes, WSD, SST)")
@@ -66,21 +75,10 @@ def _register_similarity(sub) -> None:
 
 
 def _load(args) -> list:
-    from elmokit.static.vectors import StaticVectors
+    from elmokit.representation import load_representation, spec_from_flags
 
-    reps = []
-    for path in args.vectors:
-        if not Path(path).exists():
-            raise FileNotFoundError(f"--vectors {path}: no such file or folder")
-        reps.append(StaticVectors.load(path))
-    for model in args.model:
-        try:
-            from elmokit.elmo import Embedder
-        except ImportError:
-            raise SystemExit("elmokit eval similarity: error: --model needs the ELMo core (elmokit.elmo), "
-                             "which this installation lacks") from None
-        reps.append(Embedder.load(model))
-    return reps
+    specs = [spec_from_flags(vectors=path) for path in args.vectors] + [spec_from_flags(model=m) for m in args.model]
+    return [load_representation(spec) for spec in specs]
 
 
 def _clean(value):
@@ -95,6 +93,7 @@ def _clean(value):
 
 def run_similarity(args: argparse.Namespace) -> int:
     from elmokit.evaluation.word_similarity import DatasetError, evaluate, format_table
+    from elmokit.formats import ModelFolderError
     from elmokit.formats.word2vec import VectorFileError
     from elmokit.io import atomic_path
 
@@ -117,7 +116,7 @@ def run_similarity(args: argparse.Namespace) -> int:
             results.append(evaluate(rep, datasets=datasets, analogies=use, layer=args.layer, lowercase=lowercase,
                                     top_n=args.top_n, vocab=vocab, data_dir=args.data_dir,
                                     in_vocab_only=args.in_vocab_only))
-    except (DatasetError, VectorFileError, FileNotFoundError, ValueError) as error:
+    except (DatasetError, VectorFileError, ModelFolderError, FileNotFoundError, ValueError) as error:
         print(f"elmokit eval similarity: error: {error}", file=sys.stderr)
         return 2
     print(format_table(results))
@@ -131,7 +130,6 @@ def run_similarity(args: argparse.Namespace) -> int:
 
 
 def _register_tagging(sub, task: str) -> None:
-    from elmokit.cli.tag import add_model_arguments, add_representation_arguments
     from elmokit.evaluation.tagging import NER_DATASETS, POS_DATASETS
 
     datasets = POS_DATASETS if task == "pos" else NER_DATASETS
@@ -141,20 +139,19 @@ def _register_tagging(sub, task: str) -> None:
                        description=f"{what}. A BiLSTM-CRF is trained with the representation (learned scalar mix "
                        "of its layers) and without it (the baseline), early-stopped on dev; the JSON holds dev and "
                        "test scores and the learned layer weights softmax(w) and gamma.")
-    add_representation_arguments(p, allow_none=False)
+    add_representation_arguments(p)
     p.add_argument("--datasets", default=",".join(datasets), help=f"comma-separated, from: {', '.join(datasets)}")
     p.add_argument("--no-baseline", action="store_true", help="skip the tagger without the representation")
     p.add_argument("--max-eval-sentences", type=int, default=None, help="use only the first N dev and test sentences")
     p.add_argument("--data-dir", default=None, help="the folder holding the data sets (default: $ELMOKIT_SHARED/data "
                    "or ../shared/data)")
-    add_model_arguments(p)
+    add_tagger_arguments(p)
     p.add_argument("--out", default=None, help="write all results as JSON here")
     p.set_defaults(func=lambda args: _run_reporting(f"eval {task}", run_tagging, args), task=task)
 
 
 def run_tagging(args: argparse.Namespace) -> int:
-    from elmokit.cli.common import apply_threads
-    from elmokit.cli.tag import config_changes, load_representation, train_options
+    from elmokit.cli.common import apply_threads, load_representation
     from elmokit.evaluation.tagging import format_table, run_benchmark
     from elmokit.io import atomic_path
     from elmokit.tasks.data import TaggingDataError
@@ -164,8 +161,8 @@ def run_tagging(args: argparse.Namespace) -> int:
         representation, spec = load_representation(args)
         results = run_benchmark(
             [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
-            baseline=not args.no_baseline, options=train_options(args),
-            config_changes={**config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
+            baseline=not args.no_baseline, options=tagger_train_options(args),
+            config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
             max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
             data_dir=args.data_dir, cache_dir=args.cache_dir,
         )
@@ -187,26 +184,16 @@ def run_tagging(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- layer probes
 def _add_representation_arguments(parser) -> None:
-    from elmokit.cli.common import add_model_arguments
-
-    add_model_arguments(parser)
-    parser.add_argument("--vectors", default=None, metavar="DIR|FILE",
-                        help="evaluate a static table (run folder or word2vec/GloVe file) instead of an ELMo model")
+    add_representation_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per biLM batch")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
 
 
 def _representation(args):
-    from elmokit.cli.common import apply_threads, load_embedder
+    from elmokit.cli.common import apply_threads, load_representation
 
     apply_threads(args)
-    if args.vectors:
-        from elmokit.static.vectors import StaticVectors
-
-        if not Path(args.vectors).exists():
-            raise FileNotFoundError(f"--vectors {args.vectors}: no such file or folder")
-        return StaticVectors.load(args.vectors)
-    return load_embedder(args, batch_size=args.batch_size)
+    return load_representation(args, batch_size=args.batch_size)[0]
 
 
 def _write_json(path, payload) -> None:
@@ -282,12 +269,12 @@ def _register_wsd(sub) -> None:
 
 
 def run_wsd(args: argparse.Namespace) -> int:
-    from elmokit.evaluation.word_similarity import shared_dir
+    from elmokit.data_paths import shared_data
     from elmokit.evaluation.wsd import (evaluate_wsd, format_wsd_table, read_first_senses, read_gold_keys,
                                         read_raganato_xml, read_semcor_tsv)
 
-    folder = Path(args.data_dir) if args.data_dir else shared_dir() / "data" / "wsd"
-    wordnet = Path(args.wordnet) if args.wordnet else shared_dir() / "data" / "wordnet3.0" / "wordnet-3.0.tar.xz"
+    folder = Path(args.data_dir) if args.data_dir else shared_data("wsd")
+    wordnet = Path(args.wordnet) if args.wordnet else shared_data("wordnet3.0", "wordnet-3.0.tar.xz")
     test_dir = folder / "Evaluation_Datasets" / args.test
     for path in (folder / "semcor30.tsv", test_dir / f"{args.test}.data.xml", test_dir / f"{args.test}.gold.key.txt"):
         if not path.is_file():
@@ -307,23 +294,6 @@ def run_wsd(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- SST
-def add_classifier_training_arguments(p) -> None:
-    p.add_argument("--epochs", type=int, default=10, help="training epochs (the best on dev is kept)")
-    p.add_argument("--train-batch-size", type=int, default=32, help="sentences per training step")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
-    p.add_argument("--word-dim", type=int, default=50, help="size of the learned word vectors x_k")
-    p.add_argument("--hidden-dim", type=int, default=64, help="BiLSTM hidden size per direction")
-    p.add_argument("--dropout", type=float, default=0.5, help="dropout on the BiLSTM input and the pooled vector")
-    p.add_argument("--mix-l2", type=float, default=0.001, help="lambda of the L2 penalty on the layer weights")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-
-
-def classifier_training_options(args) -> dict:
-    return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": args.lr,
-            "word_dim": args.word_dim, "hidden_dim": args.hidden_dim, "dropout": args.dropout,
-            "mix_l2": args.mix_l2, "seed": args.seed}
-
-
 def _register_sst(sub) -> None:
     p = sub.add_parser(
         "sst", help="SST-5 / SST-2 sentence classification with and without ELMo",

@@ -130,11 +130,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _static_neighbors(path: str, word: str, top: int):
-    from elmokit.static.vectors import StaticVectors
+    from elmokit.representation import load_representation, spec_from_flags
 
-    if not Path(path).exists():
-        raise FileNotFoundError(f"--vectors {path}: no such file or folder")
-    table = StaticVectors.load(path)
+    table = load_representation(spec_from_flags(vectors=path))
     key = word.lower() if table.lowercase else word
     try:
         return table.name, table.most_similar(key, topn=top)

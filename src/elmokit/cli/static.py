@@ -46,9 +46,12 @@ def _register_train(sub) -> None:
     p.add_argument("--out", required=True, help="run folder to write (refused if it exists and is not empty, unless --force)")
     p.add_argument("--force", action="store_true", help="replace an existing run folder (only once the new one is complete)")
     t = p.add_argument_group("tokenisation")
-    t.add_argument("--tokenizer", choices=("whitespace", "regex"), default="whitespace",
-                   help=r"whitespace split (default), or regex \w+|[^\w\s] (words and punctuation apart)")
-    t.add_argument("--lowercase", action="store_true", help="lowercase lines before tokenising")
+    t.add_argument("--tokenizer", choices=("whitespace", "regex"), default=None,
+                   help=r"regex \w+|[^\w\s] (default: words and punctuation apart), or whitespace split")
+    t.add_argument("--lowercase", action="store_true", default=None, help="lowercase lines before tokenising (default)")
+    t.add_argument("--keep-case", dest="lowercase", action="store_false", help="do not lowercase")
+    t.add_argument("--pretokenized", action="store_true",
+                   help="text already tokenised: whitespace split, case kept (the original tools' behaviour)")
     t.add_argument("--limit-lines", type=int, default=None, help="use only the first N non-empty lines (quick trials)")
     g = p.add_argument_group("common (default: per algorithm, see below)")
     g.add_argument("--dim", type=int, default=None, help="vector size")
@@ -111,8 +114,8 @@ def _config_from_args(args: argparse.Namespace):
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from elmokit.static.train import train_static
-    from elmokit.text.corpus import Corpus, CorpusError, Tokenizer
+    from elmokit.static.train import static_tokenizer, train_static
+    from elmokit.text.corpus import Corpus, CorpusError
 
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(message)s",
                         stream=sys.stderr)
@@ -120,7 +123,7 @@ def run_train(args: argparse.Namespace) -> int:
         logging.getLogger("gensim").setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         config = _config_from_args(args)
-        tokenizer = Tokenizer(kind=args.tokenizer, lowercase=args.lowercase)
+        tokenizer = static_tokenizer(args.tokenizer, args.lowercase, pretokenized=args.pretokenized)
         max_tokens = 10_000 if args.algo in ("cbow", "skipgram", "fasttext") else None
         corpus = Corpus(args.corpus, tokenizer=tokenizer, max_tokens=max_tokens, progress=True,
                         limit_lines=args.limit_lines)

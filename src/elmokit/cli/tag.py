@@ -14,9 +14,15 @@ import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 
-from elmokit.cli.common import add_threads_argument, apply_threads, run_reporting_errors
+from elmokit.cli.arguments import (
+    add_representation_arguments,
+    add_tagger_arguments,
+    add_task_file_arguments,
+    tagger_config_changes,
+    tagger_train_options,
+)
+from elmokit.cli.common import add_threads_argument, apply_threads, load_representation, run_reporting_errors
 
 
 def register(subparsers) -> None:
@@ -27,97 +33,6 @@ def register(subparsers) -> None:
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
-# ------------------------------------------------------------------ shared with `elmokit eval pos|ner`
-
-
-def add_representation_arguments(parser: argparse.ArgumentParser, *, allow_none: bool = True) -> None:
-    group = parser.add_argument_group("representation (default: the shipped default ELMo model)")
-    group.add_argument("--model", default=None, help="an ELMo model: 'default', a native model folder, or a folder "
-                       "with options.json + weights.hdf5")
-    group.add_argument("--options-file", default=None, help="original options.json (with --weight-file)")
-    group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file)")
-    group.add_argument("--initial-state", choices=("zero", "warm"), default="zero",
-                       help="ELMo: every sentence's LSTM state starts at zero (default) or at the model's warm state")
-    group.add_argument("--vectors", default=None, metavar="DIR|FILE",
-                       help="a static table instead: run folder of `elmokit static train` or a word2vec/GloVe file")
-    if allow_none:
-        group.add_argument("--no-elmo", action="store_true", help="no representation: the baseline tagger")
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The task model's shape (TaggerConfig) and training options (TrainOptions)."""
-    model = parser.add_argument_group("task model")
-    model.add_argument("--output", choices=("crf", "softmax"), default="crf", help="CRF (default) or per-token softmax")
-    model.add_argument("--scheme", choices=("BIO", "BIOES"), default="BIO",
-                       help="NER: train in this label scheme (predictions and scores are always BIO/IOB2)")
-    model.add_argument("--elmo", choices=("mix", "top"), default="mix",
-                       help="mix: learned scalar mix of all layers (eq. 1); top: the top layer only")
-    model.add_argument("--elmo-at-output", action="store_true", help="also add ELMo at the BiLSTM output, own mix")
-    model.add_argument("--mix-l2", type=float, default=0.001, help="lambda of the L2 penalty on the mix weights")
-    model.add_argument("--fine-tune", action="store_true", help="fine-tune the biLM (ELMo models only; slow)")
-    model.add_argument("--word-dim", type=int, default=100, help="learned word embedding size")
-    model.add_argument("--hidden-dim", type=int, default=200, help="BiLSTM hidden size per direction")
-    model.add_argument("--dropout", type=float, default=0.5, help="dropout on word vectors and BiLSTM output")
-    model.add_argument("--elmo-dropout", type=float, default=0.5, help="dropout on ELMo")
-    model.add_argument("--no-lowercase", action="store_true", help="keep the case of words for the word embedding")
-    model.add_argument("--min-word-count", type=int, default=2,
-                       help="training words seen fewer times share the unknown-word vector")
-    train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=int, default=10, help="at most this many epochs")
-    train.add_argument("--patience", type=int, default=3, help="stop after this many epochs without a better dev score")
-    train.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
-    train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the task model")
-    train.add_argument("--fine-tune-lr", type=float, default=1e-4, help="Adam learning rate of the biLM (--fine-tune)")
-    train.add_argument("--seed", type=int, default=0, help="random seed")
-    train.add_argument("--max-train-sentences", type=int, default=None, help="use only the first N training sentences")
-    train.add_argument("--cache-dir", default=None,
-                       help="keep the frozen feature caches here (reused across runs; default: a temporary folder)")
-    add_threads_argument(parser)
-
-
-def load_representation(args: argparse.Namespace):
-    """(representation, spec for the saved config) from the flags; (None, {}) for --no-elmo."""
-    from elmokit.formats import ModelFolderError
-
-    if getattr(args, "no_elmo", False):
-        if args.model or args.options_file or args.vectors:
-            raise ModelFolderError("--no-elmo takes no --model, --options-file or --vectors")
-        return None, {}
-    if args.vectors:
-        if args.model or args.options_file:
-            raise ModelFolderError("give either --vectors or an ELMo model, not both")
-        from elmokit.static.vectors import StaticVectors
-
-        if not Path(args.vectors).exists():
-            raise FileNotFoundError(f"--vectors {args.vectors}: no such file or folder")
-        return StaticVectors.load(args.vectors), {"kind": "vectors", "path": str(Path(args.vectors).resolve())}
-    from elmokit.cli.common import load_embedder
-
-    embedder = load_embedder(args)
-    if args.options_file:
-        spec = {"kind": "elmo-original", "options_file": str(Path(args.options_file).resolve()),
-                "weight_file": str(Path(args.weight_file).resolve())}
-    else:
-        model = args.model or "default"
-        spec = {"kind": "elmo", "model": model if model == "default" else str(Path(model).resolve())}
-    if getattr(args, "initial_state", "zero") != "zero":
-        spec["initial_state"] = args.initial_state
-    return embedder, spec
-
-
-def config_changes(args: argparse.Namespace) -> dict:
-    return dict(output=args.output, elmo=args.elmo, elmo_at_output=args.elmo_at_output, mix_l2=args.mix_l2,
-                fine_tune=args.fine_tune, word_dim=args.word_dim, hidden_dim=args.hidden_dim, dropout=args.dropout,
-                elmo_dropout=args.elmo_dropout, lowercase=not args.no_lowercase, min_word_count=args.min_word_count)
-
-
-def train_options(args: argparse.Namespace):
-    from elmokit.tasks.tagger import TrainOptions
-
-    return TrainOptions(epochs=args.epochs, patience=args.patience, batch_size=args.batch_size, learning_rate=args.lr,
-                        fine_tune_learning_rate=args.fine_tune_lr, seed=args.seed)
-
-
 # ------------------------------------------------------------------------------------ train
 
 
@@ -125,18 +40,15 @@ def _register_train(sub) -> None:
     p = sub.add_parser("train", help="train a tagger, early-stopped on dev; writes a tagger folder",
                        description="Metrics: token accuracy (POS, --format conllu) or span F1 with seqeval in "
                        "strict mode, IOB2 (NER, --format conll).")
-    p.add_argument("--train", required=True, help="training file")
-    p.add_argument("--dev", required=True, help="development file (early stopping)")
-    p.add_argument("--test", default=None, help="test file, scored once with the best model")
+    add_task_file_arguments(p, dev="early stopping", test="scored once with the best model", out="tagger")
     p.add_argument("--format", choices=("conllu", "conll"), required=True,
                    help="conllu: UD CoNLL-U, UPOS labels (POS); conll: token ... label columns, BIO/IOB1 (NER)")
     p.add_argument("--column", choices=("upos", "xpos"), default="upos", help="CoNLL-U label column")
     p.add_argument("--token-prefix", default="", help="strip this prefix from tokens (WikiANN: 'en:')")
     p.add_argument("--task", choices=("pos", "ner"), default=None,
                    help="metric: pos = accuracy, ner = span F1 (default: pos for conllu, ner for conll)")
-    add_representation_arguments(p)
-    add_model_arguments(p)
-    p.add_argument("--out", required=True, help="the tagger folder to write (replaced atomically)")
+    add_representation_arguments(p, no_elmo=True)
+    add_tagger_arguments(p)
     p.set_defaults(func=lambda args: run_reporting_errors("tag train", _train, args))
 
 
@@ -158,7 +70,7 @@ def _train(args: argparse.Namespace) -> int:
         train, dev = _read(args, args.train).subset(args.max_train_sentences), _read(args, args.dev)
         test = _read(args, args.test) if args.test else None
         representation, spec = load_representation(args)
-        changes = config_changes(args)
+        changes = tagger_config_changes(args)
         if representation is None:
             changes.update(elmo="none", elmo_at_output=False)
         config = TaggerConfig(
@@ -174,7 +86,7 @@ def _train(args: argparse.Namespace) -> int:
             logging.info("%s: %s", corpus.path, note)
     print(json.dumps({"config": config.to_dict(), "train": args.train, "train_sentences": len(train)}, indent=2),
           file=sys.stderr)
-    tagger = train_tagger(train, dev, config, representation=representation, options=train_options(args),
+    tagger = train_tagger(train, dev, config, representation=representation, options=tagger_train_options(args),
                           cache_dir=args.cache_dir)
     results = {"dev": tagger.history[tagger.best_epoch - 1]["dev"]}
     if test is not None:

@@ -30,14 +30,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elmokit.bilm import BiLM
-    from elmokit.formats import resolve_model_path
+    from elmokit.formats import load_bilm, resolve_model_path
     from elmokit.warm_state import compute_warm_state, read_warmup_text, save_warm_state
 
     apply_threads(args)
     directory = resolve_model_path(args.model)
     sentences = read_warmup_text(args.text) if args.text else None
-    bilm = BiLM.from_pretrained(directory)
+    bilm = load_bilm(directory)
     state = compute_warm_state(bilm, sentences)
     path = save_warm_state(directory, state)
     meta = state.metadata

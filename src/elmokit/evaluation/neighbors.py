@@ -14,8 +14,11 @@ games, ...", every sense mixed). This module builds the first half for any ``Rep
   looks complete.
 * ``NeighborIndex.query`` takes the query word's vector and makes one matrix-vector product per
   layer: with unit rows, ``M_j @ (v / |v|)`` is every occurrence's cosine (in row chunks, so
-  memory stays bounded and float16 rows are multiplied in float32). Optionally only occurrences
-  of the same word form are scored.
+  memory stays bounded). Optionally only occurrences of the same word form are scored. The
+  product is taken in float64 as elementwise products summed row by row (not by BLAS, whose
+  kernels round a row differently by its position and by how many rows are scored, and
+  differently on each CPU): a row's score depends only on the row and the query, so identical
+  rows tie exactly and ties go by corpus order on any machine.
 * ``nearest_occurrences`` embeds the query sentence (only it: the corpus is never re-embedded)
   and queries the index.
 
@@ -39,7 +42,7 @@ META_NAME = "meta.json"
 OFFSETS_NAME = "offsets.npy"
 SENTENCES_NAME = "sentences.txt"
 DTYPES = ("float16", "float32")
-CHUNK_ROWS = 1 << 16  # rows per product: bounded memory, and float16 rows converted chunk by chunk
+CHUNK_ELEMENTS = 1 << 21  # rows x dim per scoring step (16 MB of float64): bounded memory
 
 
 class NeighborIndexError(ValueError):
@@ -78,6 +81,13 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     matrix = matrix.astype(np.float64)
     norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
     return (matrix / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+
+def _row_dots(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``matrix @ query`` in float64, each row summed on its own in a fixed order (numpy's
+    pairwise sum of a contiguous row): the result of a row never depends on the other rows, their
+    number, the row's position or the CPU's BLAS kernels."""
+    return np.multiply(np.asarray(matrix, dtype=np.float64), query).sum(axis=1)
 
 
 class NeighborIndex:
@@ -222,14 +232,18 @@ class NeighborIndex:
         return sentence, row - int(self.offsets[sentence])
 
     def scores(self, layer: int, vector: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Cosine of ``vector`` (D,) with every occurrence of ``layer`` (or only ``rows``): (N,)."""
-        query = _unit_rows(np.asarray(vector, dtype=np.float32)[None])[0]  # (D,)
+        """Cosine of ``vector`` (D,) with every occurrence of ``layer`` (or only ``rows``): (N,)
+        float64, each row's score the same whichever rows are scored with it."""
+        query = np.asarray(vector, dtype=np.float64).reshape(-1)  # (D,)
+        norm = np.linalg.norm(query)
+        query = query / norm if norm > 0 else query
         matrix = self.layers[layer]
-        if rows is not None:
-            return np.asarray(matrix[rows], dtype=np.float32) @ query
-        out = np.empty(len(matrix), dtype=np.float32)
-        for start in range(0, len(matrix), CHUNK_ROWS):  # one product per layer, in row chunks
-            out[start : start + CHUNK_ROWS] = np.asarray(matrix[start : start + CHUNK_ROWS], dtype=np.float32) @ query
+        n = len(matrix) if rows is None else len(rows)
+        out = np.empty(n, dtype=np.float64)
+        step = max(1, CHUNK_ELEMENTS // max(1, self.dim))
+        for start in range(0, n, step):
+            chunk = matrix[start : start + step] if rows is None else matrix[rows[start : start + step]]
+            out[start : start + step] = _row_dots(chunk, query)
         return out
 
     def query(
@@ -274,9 +288,9 @@ class NeighborIndex:
 
 def _fingerprint(rep) -> str | None:
     try:
-        from elmokit.tasks.features import representation_fingerprint
+        from elmokit.representation import fingerprint
 
-        return representation_fingerprint(rep)
+        return fingerprint(rep)
     except (ImportError, TypeError):
         return None
 

@@ -1,26 +1,115 @@
 """SST-5 and SST-2 sentence classification with and without ELMo (Peters et al. 2018, Table 1 row SST-5).
 
+SST (Socher et al. 2013): PTB-style trees ``(3 (2 It) (4 ...))``, one per line; the sentence is
+the leaves, its label the root's. Only whole sentences (roots) are used for training, not the
+phrase labels. SST-5 keeps labels 0-4; SST-2 drops neutral (2) and maps 0, 1 -> negative,
+3, 4 -> positive.
+
 Trains the classifier of :mod:`elmokit.tasks.classifier` on the root labels of the SST train
-trees (sentence level only; the phrase labels are not used), keeps the epoch with the best dev
-accuracy, and reports test accuracy and the learned layer weights. The frozen layers of every
-sentence are computed once into a ``FeatureCache``; SST-2 reuses the SST-5 caches (its sentences
-are a subset).
+trees, keeps the epoch with the best dev accuracy, and reports test accuracy and the learned
+layer weights. The frozen layers of every sentence are computed once into a ``FeatureCache``;
+SST-2 reuses the SST-5 caches (its sentences are a subset).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from elmokit.tasks.classifier import PAPER_SST5, FeatureSubset, read_sst, sst_task, train_classifier
+from elmokit.data_paths import shared_data
+from elmokit.features import FeatureCache, FeatureSubset
+from elmokit.tasks.classifier import train_classifier
+from elmokit.tasks.data import DataFileError, read_lines
+
+# Table 1 of Peters et al. (2018), SST-5 test accuracy: BCN baseline and BCN + ELMo.
+PAPER_SST5 = {"baseline": 51.4, "elmo": 54.7}
+
+
+class TreeError(DataFileError):
+    """A malformed SST tree; the message names the file and line."""
+
+
+# ---------------------------------------------------------------------- SST
+_TREE_TOKEN = re.compile(r"\(|\)|[^\s()]+")
+_PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+
+
+def _unescape(word: str) -> str:
+    """PTB escapes back to text: -LRB- -> (, 1\\/2 -> 1/2, \\* -> *."""
+    return _PTB_BRACKETS.get(word, word.replace("\\/", "/").replace("\\*", "*"))
+
+
+def parse_tree(text: str) -> tuple[int, list[str]]:
+    """``(3 (2 It) (4 works))`` -> (3, ["It", "works"]). Raises ValueError saying what is wrong."""
+    tokens = _TREE_TOKEN.findall(text)
+    position = 0
+    leaves: list[str] = []
+
+    def node() -> int:
+        nonlocal position
+        if position >= len(tokens) or tokens[position] != "(":
+            raise ValueError(f"expected '(' at token {position + 1}")
+        label_text = tokens[position + 1] if position + 1 < len(tokens) else ""
+        if not label_text.isdigit():
+            raise ValueError(f"expected a numeric label after '(' at token {position + 1}, found {label_text!r}")
+        position += 2
+        if position < len(tokens) and tokens[position] not in ("(", ")"):
+            # a leaf; a few SST leaves hold several words ("8 1\/2"): each becomes a token
+            while position < len(tokens) and tokens[position] not in ("(", ")"):
+                leaves.append(_unescape(tokens[position]))
+                position += 1
+        else:
+            children = 0
+            while position < len(tokens) and tokens[position] == "(":
+                node()
+                children += 1
+            if children == 0:
+                raise ValueError(f"node with label {label_text} has neither a word nor children")
+        if position >= len(tokens) or tokens[position] != ")":
+            raise ValueError(f"missing ')' at token {position + 1}")
+        position += 1
+        return int(label_text)
+
+    label = node()
+    if position != len(tokens):
+        raise ValueError(f"text after the tree's closing ')' at token {position + 1}")
+    return label, leaves
+
+
+def read_sst(path: str | os.PathLike) -> tuple[list[list[str]], list[int]]:
+    """One tree per line -> (sentences, root labels 0-4)."""
+    sentences, labels = [], []
+    for line_number, line in read_lines(path, TreeError):
+        if not line.strip():
+            continue
+        try:
+            label, leaves = parse_tree(line)
+        except ValueError as error:
+            raise TreeError(f"{path}:{line_number}: malformed tree: {error}") from None
+        if not 0 <= label <= 4:
+            raise TreeError(f"{path}:{line_number}: root label {label} is not a sentiment 0-4")
+        sentences.append(leaves)
+        labels.append(label)
+    return sentences, labels
+
+
+SST5_LABELS = ("very negative", "negative", "neutral", "positive", "very positive")
+SST2_LABELS = ("negative", "positive")
+
+
+def sst_task(sentences: list[list[str]], labels: list[int], *, binary: bool) -> tuple[list[int], list[str]]:
+    """(indices kept, label names) for SST-5 (all) or SST-2 (neutral dropped, 0-1 neg, 3-4 pos)."""
+    if not binary:
+        return list(range(len(sentences))), [SST5_LABELS[y] for y in labels]
+    kept = [i for i, y in enumerate(labels) if y != 2]
+    return kept, [SST2_LABELS[int(labels[i] > 2)] for i in kept]
 
 
 def sst_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    from elmokit.evaluation.word_similarity import shared_dir
-
-    folder = Path(data_dir) if data_dir is not None else shared_dir() / "data" / "sst" / "trees"
+    folder = Path(data_dir) if data_dir is not None else shared_data("sst", "trees")
     for split in ("train", "dev", "test"):
         if not (folder / f"{split}.txt").is_file():
             raise FileNotFoundError(f"{folder / (split + '.txt')}: no such file; fix: pass --data-dir (the SST trees "
@@ -33,8 +122,6 @@ def evaluate_sst(
     cache_dir: str | os.PathLike | None = None, max_train: int | None = None, log=None, **train_options,
 ) -> dict:
     """{"tasks": {task: {variant: {"dev_accuracy", "test_accuracy", "layer_weights", "history"}}}}."""
-    from elmokit.tasks.features import FeatureCache
-
     folder = sst_dir(data_dir)
     splits = {split: read_sst(folder / f"{split}.txt") for split in ("train", "dev", "test")}
     if max_train is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from elmokit.evaluation.word_similarity import shared_dir
+from elmokit.data_paths import shared_data
 from elmokit.tasks.data import TaggedCorpus, read_conll, read_conllu
 from elmokit.tasks.tagger import TaggerConfig, TrainOptions, main_metric, train_tagger
 
@@ -54,7 +54,7 @@ class BenchmarkDataError(FileNotFoundError):
 
 def load_dataset(dataset: TaggingDataset, data_dir: str | os.PathLike | None = None) -> dict[str, TaggedCorpus] | None:
     """train/dev/test corpora; None for an optional set that is absent."""
-    folder = Path(data_dir) if data_dir is not None else shared_dir() / "data"
+    folder = Path(data_dir) if data_dir is not None else shared_data()
     folder = folder / dataset.folder
     paths = {split: folder / getattr(dataset, split) for split in ("train", "dev", "test")}
     missing = [str(p) for p in paths.values() if not p.is_file()]

@@ -31,6 +31,9 @@ from typing import Sequence
 
 import numpy as np
 
+from elmokit.data_paths import shared_data
+from elmokit.nn.functional import invariant_scores
+
 # name -> (path under data/wordsim, human name)
 SIMILARITY_DATASETS: dict[str, tuple[str, str]] = {
     "ws353": ("eval-word-vectors/EN-WS-353-ALL.txt", "WordSim-353 (all)"),
@@ -56,16 +59,8 @@ class DatasetError(ValueError):
     """A benchmark file is missing or malformed; the message names the file, the line and the fix."""
 
 
-def shared_dir() -> Path:
-    """``$ELMOKIT_SHARED``, else ``../shared`` beside the repository root."""
-    env = os.environ.get("ELMOKIT_SHARED")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / ".." / "shared"
-
-
 def wordsim_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    folder = Path(data_dir) if data_dir is not None else shared_dir() / "data" / "wordsim"
+    folder = Path(data_dir) if data_dir is not None else shared_data("wordsim")
     if not folder.is_dir():
         raise DatasetError(
             f"no word-similarity data at {folder}; fix: set ELMOKIT_SHARED to the shared folder, or pass --data-dir"
@@ -282,7 +277,7 @@ def evaluate_analogy(rep, questions: Sequence[Question], *, vocab: Sequence[str]
     for start in range(0, len(covered), batch_size):
         block = np.array([ids for _, ids in covered[start : start + batch_size]], dtype=np.int64)  # (B, 4)
         target = E[block[:, 1]] - E[block[:, 0]] + E[block[:, 2]]                                 # (B, D)
-        scores = target @ E.T                                                                     # (B, N)
+        scores = invariant_scores(E, target).T  # (B, N); identical rows of E tie exactly, on any CPU
         rows = np.arange(len(block))
         for col in range(3):
             scores[rows, block[:, col]] = -np.inf

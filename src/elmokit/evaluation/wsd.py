@@ -31,7 +31,7 @@ from xml.parsers import expat
 
 import numpy as np
 
-from elmokit.evaluation.token_features import embed_in_chunks
+from elmokit.features import embed_in_chunks
 
 # Table 5 of Peters et al. (2018): all-words fine-grained WSD F1 on Raganato's ALL set.
 PAPER_TABLE5_WSD = {"WordNet 1st sense baseline": 65.9, "biLM first layer": 67.4, "biLM second layer": 69.0}

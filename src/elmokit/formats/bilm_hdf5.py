@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from elmokit.bilm import BiLMConfig
+from elmokit.bilm_config import BiLMConfig
+from elmokit.formats.checks import describe_non_finite
 from elmokit.io import atomic_path
 
 Array = np.ndarray
@@ -198,11 +199,15 @@ def read_options(options_file: str | os.PathLike) -> BiLMConfig:
     return config_from_options(options, source=str(path))
 
 
-def read_weights(weight_file: str | os.PathLike, config: BiLMConfig) -> dict[str, Array]:
-    """weights.hdf5 -> our state dict (numpy float32), checking every dataset's shape."""
+def read_weights(
+    weight_file: str | os.PathLike, config: BiLMConfig, options_file: str | os.PathLike | None = None
+) -> dict[str, Array]:
+    """weights.hdf5 -> our state dict (numpy float32), checking every dataset's shape against the
+    architecture (``options_file``, named in errors) and that every value is finite."""
     import h5py
 
     path = Path(weight_file)
+    described_by = f"by {options_file}" if options_file is not None else "by the options file"
     if not path.exists():
         raise WeightFileError(f"{path}: weight file not found")
     state: dict[str, Array] = {}
@@ -214,10 +219,17 @@ def read_weights(weight_file: str | os.PathLike, config: BiLMConfig) -> dict[str
         for entry in weight_table(config):
             if entry.dataset not in handle:
                 raise WeightFileError(
-                    f"{path}: dataset {entry.dataset!r} is missing (expected shape {entry.shape}); "
+                    f"{path}: dataset {entry.dataset!r} is missing (expected shape {entry.shape} {described_by}); "
                     "does the options file describe these weights?"
                 )
-            array = np.asarray(handle[entry.dataset][...], dtype=np.float32)
+            try:
+                array = np.asarray(handle[entry.dataset][...], dtype=np.float32)
+            except (OSError, ValueError, TypeError) as error:  # a truncated file fails here, not at open
+                raise WeightFileError(f"{path}: dataset {entry.dataset!r} cannot be read ({error}); "
+                                      "the file is damaged or incomplete") from None
+            problem = describe_non_finite(array)
+            if problem:
+                raise WeightFileError(f"{path}: dataset {entry.dataset!r} holds {problem}; refusing a damaged model")
             expected = entry.shape
             if entry.dataset == "char_embed" and array.shape == (262, expected[1]):
                 state[entry.params[0]] = array  # already carries the padding row
@@ -225,7 +237,7 @@ def read_weights(weight_file: str | os.PathLike, config: BiLMConfig) -> dict[str
             if array.shape != expected:
                 raise WeightFileError(
                     f"{path}: dataset {entry.dataset!r} has shape {array.shape}, expected {expected} "
-                    "from the options file"
+                    f"{described_by}; the options and the weights do not belong together"
                 )
             for name, value in zip(entry.params, entry.to_native(array)):
                 state[name] = value

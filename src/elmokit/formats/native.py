@@ -2,6 +2,10 @@
 
 The config carries a ``format_version``; older versions are upgraded in ``BiLMConfig.from_dict``
 with logged defaults. Weights are safetensors (no pickles), under our parameter names.
+
+``read_native`` refuses, each with one line naming the file: a damaged (truncated, empty)
+weight file, weights that do not fit the config (the tensor, both shapes, both files), and
+weights holding NaN or infinity.
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from elmokit.bilm import BiLMConfig
+from elmokit.bilm import BiLM  # the model defines the shapes; formats import it, never the reverse
+from elmokit.bilm_config import BiLMConfig
+from elmokit.formats.checks import describe_non_finite
 from elmokit.io import atomic_path
 
 CONFIG_NAME = "config.json"
@@ -47,8 +54,7 @@ def write_native(
 
 
 def read_native(directory: str | os.PathLike) -> tuple[BiLMConfig, dict[str, np.ndarray]]:
-    from safetensors.numpy import load_file
-
+    """The config and the checked weights (float32 arrays under our names) of a native folder."""
     directory = Path(directory)
     config_path, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
     for path in (config_path, weights_path):
@@ -62,7 +68,59 @@ def read_native(directory: str | os.PathLike) -> tuple[BiLMConfig, dict[str, np.
         config = BiLMConfig.from_dict(data)
     except (TypeError, ValueError) as error:
         raise ModelFolderError(f"{config_path}: {error}") from None
-    return config, load_file(str(weights_path))
+    state = read_weights_file(weights_path)
+    check_fits_config(state, config, config_path, weights_path)
+    return config, state
+
+
+def read_weights_file(path: Path) -> dict[str, np.ndarray]:
+    """A safetensors file of float weights -> arrays; ``ModelFolderError`` naming the file if it is
+    damaged (truncated, empty, not safetensors) or holds NaN or infinity."""
+    from safetensors.numpy import load_file
+
+    try:
+        state = load_file(str(path))
+    except Exception as error:  # safetensors raises its own error types for a damaged file
+        raise ModelFolderError(
+            f"{path}: not a readable safetensors file ({describe_safetensors_error(path, error)}); "
+            "the file is damaged or incomplete: copy or write it again"
+        ) from None
+    for name, array in state.items():
+        problem = describe_non_finite(array)
+        if problem:
+            raise ModelFolderError(f"{path}: tensor {name!r} holds {problem}; refusing a damaged model")
+    return state
+
+
+def describe_safetensors_error(path: Path, error: Exception) -> str:
+    size = path.stat().st_size
+    if size == 0:
+        return "empty: 0 bytes"
+    return f"{size} bytes: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+
+
+def check_fits_config(state: dict[str, np.ndarray], config: BiLMConfig, config_path: Path, weights_path: Path) -> None:
+    """Every parameter the config describes is in the weights with its shape, and nothing else."""
+    with torch.device("meta"):  # shapes only, nothing allocated
+        expected = {name: tuple(t.shape) for name, t in BiLM(config).state_dict().items()}
+    for name, shape in expected.items():
+        if name not in state:
+            raise ModelFolderError(
+                f"{weights_path}: no tensor {name!r} (shape {shape} per {config_path}); "
+                "the config and the weights do not belong together"
+            )
+        found = tuple(state[name].shape)
+        if found != shape:
+            raise ModelFolderError(
+                f"{weights_path}: tensor {name!r} has shape {found}, but {config_path} describes {shape}; "
+                "the config and the weights do not belong together"
+            )
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise ModelFolderError(
+            f"{weights_path}: tensor {unexpected[0]!r} ({len(unexpected)} in all) is not part of the model "
+            f"{config_path} describes; the config and the weights do not belong together"
+        )
 
 
 def default_model_card(config: BiLMConfig, state: dict[str, np.ndarray]) -> str:

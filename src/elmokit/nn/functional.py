@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -44,6 +45,21 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return F.linear(flat, weight, bias)[:rows, :out_dim].reshape(*x.shape[:-1], out_dim)
 
 
+def invariant_scores(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``rows @ queries.T`` (N, B) in float32 for ranking: each row's scores are rounded the same
+    way wherever the row sits and however many rows are scored, so identical rows tie exactly
+    and a prefix (``rows[:k]``) scores as in the whole (BLAS alone breaks both, differently on
+    each CPU). The rows are the batch side of ``invariant_linear``."""
+    x, w = (_as_tensor(a) for a in (rows, queries))
+    with torch.no_grad():
+        return invariant_linear(x, w).numpy()
+
+
+def _as_tensor(array: np.ndarray) -> torch.Tensor:
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
     """The logistic function, rounded the same way wherever x sits in a tensor."""
     return 1.0 / (1.0 + torch.exp(-x))
@@ -59,8 +75,16 @@ def sigmoid(x: torch.Tensor) -> torch.Tensor:
 # the cost of one sentence's recurrent step (see the batch-1 rows of docs/benchmarks.md). The same
 # holds for the bf16 products. Widths are padded to multiples of 16 like above. Packed copies live
 # beside their weights and are rebuilt when a weight changes (its version counter moves).
+#
+# bf16 products need oneDNN's bf16 kernels, which refuse to run on CPUs without AVX512-BW/VL/DQ or
+# AVX-NE-CONVERT (most AMD and older Intel x86-64 CPUs, many arm ones). There the same arithmetic
+# is emulated: weights and inputs are rounded to bf16 and multiplied by the fp32 packed kernel.
+# The product of two bf16 numbers is exact in fp32, so the only other rounding is the fp32
+# accumulation, as in the native kernel: same error against fp32, same batch invariance (that of
+# the fp32 packed kernel), but fp32 speed and fp32 weight memory. ``bf16_backend()`` says which
+# one runs; it is probed once, by packing a tiny bf16 weight.
 
-# (id(weight), precision) -> (weak reference to the weight, version key, PreparedWeight)
+# (id(weight), "fp32" or the bf16 backend) -> (weak reference to the weight, version key, PreparedWeight)
 _PACKED: dict[int, tuple] = {}
 
 
@@ -76,12 +100,43 @@ def _packing_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 PRECISIONS = ("fp32", "bf16")
 
+# None: not probed yet; then True where oneDNN runs bf16 products on this CPU. Tests set it to
+# False to exercise the emulation on any CPU.
+_native_bf16: bool | None = None
+
+
+def _probe_native_bf16() -> bool:
+    try:
+        with torch.inference_mode(False), torch.no_grad():
+            weight = torch.ops.mkldnn._reorder_linear_weight(torch.ones(16, 16, dtype=torch.bfloat16), 64)
+            x = torch.ones(MIN_PACKED_ROWS, 16, dtype=torch.bfloat16)
+            out = torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+        return bool((out.float() == 16.0).all())
+    except RuntimeError:  # "bf16 path needs the cpu support avx_ne_convert or avx512bw, ..."
+        return False
+
+
+def bf16_backend() -> str:
+    """How ``precision="bf16"`` products run on this CPU: ``"onednn"`` (native bf16 kernels) or
+    ``"emulated"`` (bf16-rounded operands through the fp32 kernel: same results up to the order
+    of fp32 accumulation, fp32 speed)."""
+    global _native_bf16
+    if _native_bf16 is None:
+        _native_bf16 = torch.backends.mkldnn.is_available() and _probe_native_bf16()
+    return "onednn" if _native_bf16 else "emulated"
+
+
+def _round_to_bf16(t: torch.Tensor) -> torch.Tensor:
+    """Each element rounded to the nearest bf16 (ties to even), kept as float32: exact, elementwise."""
+    return t.to(torch.bfloat16).float()
+
 
 class PreparedWeight:
     """A weight (and bias) prepared once for inference products at one precision.
 
-    Reordered into oneDNN's packed layout, in fp32 or as a bf16 copy. Widths are padded to a
-    multiple of 16; inputs are padded to ``MIN_PACKED_ROWS`` rows when called (see above).
+    Reordered into oneDNN's packed layout, in fp32 or as a bf16 copy (where the CPU lacks bf16
+    kernels, as a bf16-rounded fp32 copy: see ``bf16_backend``). Widths are padded to a multiple
+    of 16; inputs are padded to ``MIN_PACKED_ROWS`` rows when called (see above).
     Holds no reference to the original weight, so derived weights can be dropped once prepared.
     """
 
@@ -89,6 +144,7 @@ class PreparedWeight:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.precision = precision
+        self.emulated = precision == "bf16" and bf16_backend() == "emulated"
         self.out_dim, self.in_dim = weight.shape
         width_pad = -self.out_dim % GEMM_WIDTH_MULTIPLE
         with torch.inference_mode(False), torch.no_grad():
@@ -97,7 +153,9 @@ class PreparedWeight:
             if width_pad:
                 weight = torch.cat([weight, weight.new_zeros(width_pad, self.in_dim)])
                 bias = None if bias is None else torch.cat([bias, bias.new_zeros(width_pad)])
-            if precision == "bf16":  # packed too: plain bf16 F.linear is slower on skinny (one-sentence) steps
+            if self.emulated:
+                weight = _round_to_bf16(weight)
+            elif precision == "bf16":  # packed too: plain bf16 F.linear is slower on skinny (one-sentence) steps
                 weight = weight.to(torch.bfloat16)
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 64)
             self.bias = None if bias is None else bias.contiguous()
@@ -109,7 +167,11 @@ class PreparedWeight:
         flat = x.reshape(rows, self.in_dim)
         if rows < MIN_PACKED_ROWS:
             flat = torch.cat([flat, flat.new_zeros(MIN_PACKED_ROWS - rows, self.in_dim)])
-        if self.precision == "bf16":
+        if self.emulated:
+            out = torch.ops.mkldnn._linear_pointwise(_round_to_bf16(flat).contiguous(), self.weight, None, "none", [], "")
+            if self.bias is not None:
+                out += self.bias
+        elif self.precision == "bf16":
             out = torch.ops.mkldnn._linear_pointwise(flat.to(torch.bfloat16).contiguous(), self.weight, None, "none", [], "").float()
             if self.bias is not None:
                 out += self.bias
@@ -130,14 +192,16 @@ def packed_linear(
     and rebuilt when the weight changes.
 
     ``precision="bf16"`` multiplies in bfloat16 (inputs rounded to bf16, products accumulated in
-    fp32, the result returned in fp32 with the bias added in fp32): about twice the speed on
-    CPUs with AVX512-BF16, at ~1e-2 relative error. Falls back to ``invariant_linear`` where
+    fp32; oneDNN's native kernel rounds the product to bf16, the emulation keeps it in fp32; the
+    bias is added in fp32 and the result returned in fp32): about twice the speed on
+    CPUs with AVX512-BF16, at ~1e-2 relative error; emulated at fp32 speed on CPUs without bf16
+    kernels (``bf16_backend``). Falls back to ``invariant_linear`` where
     preparing does not apply (autograd, GPU, not float32).
     """
     if not _packing_available(x, weight):
         return invariant_linear(x, weight, bias)
     key = (_version(weight), weight.data_ptr(), None if bias is None else (_version(bias), bias.data_ptr()))
-    cache_id = (id(weight), precision)
+    cache_id = (id(weight), precision if precision == "fp32" else bf16_backend())
     entry = _PACKED.get(cache_id)
     if entry is None or entry[0]() is not weight or entry[1] != key:
         if entry is None or entry[0]() is not weight:

@@ -29,6 +29,12 @@ Defaults are those of the original tools (see ``DEFAULTS``):
 * LSA: window 5 with 1/d weighting, min-count 5, PPMI with cds 0.75, U S^0.5, dim 100.
 
 ``workers`` defaults to 1, so runs are reproducible (gensim is deterministic only with one worker).
+
+Tokenisation is not the tools' (they read pre-tokenised text split on whitespace, case kept): on
+raw text that glues punctuation to words ("word,") and splits words by case ("Word"), which
+lowers word-similarity coverage and scores. So :func:`static_tokenizer` defaults to the regex
+``\\w+|[^\\w\\s]`` (words and punctuation apart), lowercased; ``pretokenized=True``
+(``--pretokenized``) restores the tools' whitespace split with case kept.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ import numpy as np
 
 from elmokit.io import atomic_path
 from elmokit.static.vectors import StaticVectors
-from elmokit.text.corpus import Corpus
+from elmokit.text.corpus import Corpus, Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,14 @@ DEFAULTS: dict[str, dict] = {
     "lsa": dict(dim=100, window=5, min_count=5, weighting="ppmi", cds=0.75, eig_power=0.5, seed=1, workers=1,
                 chunk_tokens=500_000, max_pairs_in_memory=20_000_000),
 }
+
+
+def static_tokenizer(kind: str | None = None, lowercase: bool | None = None, *, pretokenized: bool = False) -> Tokenizer:
+    """The tokenizer of a static run: by default one for raw text (regex words and punctuation,
+    lowercased); ``pretokenized=True``: the original tools' (whitespace, case kept). ``kind`` and
+    ``lowercase`` override either."""
+    base = Tokenizer(kind="whitespace", lowercase=False) if pretokenized else Tokenizer(kind="regex", lowercase=True)
+    return Tokenizer(kind=kind or base.kind, lowercase=base.lowercase if lowercase is None else lowercase)
 
 
 @dataclass(frozen=True, kw_only=True)

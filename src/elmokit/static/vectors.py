@@ -29,6 +29,7 @@ import numpy as np
 
 from elmokit.formats.word2vec import read_word2vec, write_word2vec
 from elmokit.io import atomic_path
+from elmokit.nn.functional import invariant_scores
 from elmokit.static.subwords import SubwordTable
 
 FORMAT_VERSION = 1
@@ -129,12 +130,12 @@ class StaticVectors:
         vec = self.vector(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)
         norm = np.linalg.norm(vec)
         unit = self.unit_vectors[:restrict] if restrict else self.unit_vectors
-        scores = unit @ (vec / (norm if norm else 1.0))
+        scores = invariant_scores(unit, (vec / (norm if norm else 1.0))[None])[:, 0]  # ties stay ties, any CPU
         if isinstance(query, str) and query in self.index and self.index[query] < len(scores):
             scores[self.index[query]] = -np.inf
         k = min(topn, len(scores))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")]
+        top = top[np.lexsort((top, -scores[top]))]  # by score, ties in table order (most frequent first)
         return [(self.words[i], float(scores[i])) for i in top if np.isfinite(scores[i])]
 
     # ------------------------------------------------------------------ Representation

@@ -1,4 +1,4 @@
-"""A sentence classifier with ELMo (Peters et al. 2018, section 3.3), and SST reading.
+"""A sentence classifier with ELMo (Peters et al. 2018, section 3.3).
 
 The model, in data-flow order (legend: B batch, T tokens, L layers, D representation dim,
 E word-vector dim, H LSTM hidden size, K labels):
@@ -14,12 +14,12 @@ trained with cross-entropy plus the paper's lambda * ||w||^2 on the mix weights 
 paper's SST model is the BCN of McCann et al. (2017) with GloVe and CoVe inputs; this is the
 simpler BiLSTM + pooling classifier, with word vectors learned from scratch.
 
-SST (Socher et al. 2013): PTB-style trees ``(3 (2 It) (4 ...))``; the sentence is the leaves,
-its label the root's. Only whole sentences (roots) are used for training, not the phrase labels.
-SST-5 keeps labels 0-4; SST-2 drops neutral (2) and maps 0, 1 -> negative, 3, 4 -> positive.
+Its data readers are in :mod:`elmokit.tasks.data` (labelled TSV) and :mod:`elmokit.evaluation.sst`
+(the SST trees and the benchmark).
 
 A saved model is a folder: ``config.json`` (format_version, sizes, labels' count, the
-representation to embed with), ``model.safetensors``, ``labels.json``, ``vocab.txt``.
+representation to embed with as a spec of :mod:`elmokit.representation`), ``model.safetensors``,
+``labels.json``, ``vocab.txt``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -42,141 +41,10 @@ from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+# 2: ``representation`` is a representation spec (a dict); version 1 held a model name or folder
+# (str), or None for original-format files, upgraded in ClassifierConfig.from_dict.
+FORMAT_VERSION = 2
 PAD, UNK = "<pad>", "<unk>"
-# Table 1 of Peters et al. (2018), SST-5 test accuracy: BCN baseline and BCN + ELMo.
-PAPER_SST5 = {"baseline": 51.4, "elmo": 54.7}
-
-
-class TreeError(ValueError):
-    """A malformed SST tree; the message names the file and line."""
-
-
-# ---------------------------------------------------------------------- SST
-_TREE_TOKEN = re.compile(r"\(|\)|[^\s()]+")
-_PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
-
-
-def _unescape(word: str) -> str:
-    """PTB escapes back to text: -LRB- -> (, 1\\/2 -> 1/2, \\* -> *."""
-    return _PTB_BRACKETS.get(word, word.replace("\\/", "/").replace("\\*", "*"))
-
-
-def parse_tree(text: str) -> tuple[int, list[str]]:
-    """``(3 (2 It) (4 works))`` -> (3, ["It", "works"]). Raises ValueError saying what is wrong."""
-    tokens = _TREE_TOKEN.findall(text)
-    position = 0
-    leaves: list[str] = []
-
-    def node() -> int:
-        nonlocal position
-        if position >= len(tokens) or tokens[position] != "(":
-            raise ValueError(f"expected '(' at token {position + 1}")
-        label_text = tokens[position + 1] if position + 1 < len(tokens) else ""
-        if not label_text.isdigit():
-            raise ValueError(f"expected a numeric label after '(' at token {position + 1}, found {label_text!r}")
-        position += 2
-        if position < len(tokens) and tokens[position] not in ("(", ")"):
-            # a leaf; a few SST leaves hold several words ("8 1\/2"): each becomes a token
-            while position < len(tokens) and tokens[position] not in ("(", ")"):
-                leaves.append(_unescape(tokens[position]))
-                position += 1
-        else:
-            children = 0
-            while position < len(tokens) and tokens[position] == "(":
-                node()
-                children += 1
-            if children == 0:
-                raise ValueError(f"node with label {label_text} has neither a word nor children")
-        if position >= len(tokens) or tokens[position] != ")":
-            raise ValueError(f"missing ')' at token {position + 1}")
-        position += 1
-        return int(label_text)
-
-    label = node()
-    if position != len(tokens):
-        raise ValueError(f"text after the tree's closing ')' at token {position + 1}")
-    return label, leaves
-
-
-def read_sst(path: str | os.PathLike) -> tuple[list[list[str]], list[int]]:
-    """One tree per line -> (sentences, root labels 0-4)."""
-    sentences, labels = [], []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                label, leaves = parse_tree(line)
-            except ValueError as error:
-                raise TreeError(f"{path}:{line_number}: malformed tree: {error}") from None
-            if not 0 <= label <= 4:
-                raise TreeError(f"{path}:{line_number}: root label {label} is not a sentiment 0-4")
-            sentences.append(leaves)
-            labels.append(label)
-    return sentences, labels
-
-
-SST5_LABELS = ("very negative", "negative", "neutral", "positive", "very positive")
-SST2_LABELS = ("negative", "positive")
-
-
-def sst_task(sentences: list[list[str]], labels: list[int], *, binary: bool) -> tuple[list[int], list[str]]:
-    """(indices kept, label names) for SST-5 (all) or SST-2 (neutral dropped, 0-1 neg, 3-4 pos)."""
-    if not binary:
-        return list(range(len(sentences))), [SST5_LABELS[y] for y in labels]
-    kept = [i for i, y in enumerate(labels) if y != 2]
-    return kept, [SST2_LABELS[int(labels[i] > 2)] for i in kept]
-
-
-def read_labelled_tsv(path: str | os.PathLike) -> tuple[list[list[str]], list[str]]:
-    """``label <TAB> whitespace-tokenised sentence`` per line."""
-    sentences, labels = [], []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            label, tab, text = line.rstrip("\r\n").partition("\t")
-            if not tab or not label or not text.split():
-                raise TreeError(f"{path}:{line_number}: expected 'label<TAB>sentence'")
-            sentences.append(text.split())
-            labels.append(label)
-    return sentences, labels
-
-
-# ---------------------------------------------------------------------- features
-class InMemoryFeatures:
-    """The ``FeatureCache.batch`` surface over arrays already in memory (tests, prediction)."""
-
-    def __init__(self, arrays: Sequence[np.ndarray]):
-        self.arrays = list(arrays)
-
-    def __len__(self):
-        return len(self.arrays)
-
-    def batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        first = self.arrays[indices[0]]
-        width = max(self.arrays[i].shape[1] for i in indices)
-        out = np.zeros((len(indices), first.shape[0], width, first.shape[2]), dtype=np.float32)
-        mask = np.zeros((len(indices), width), dtype=bool)
-        for row, i in enumerate(indices):
-            n = self.arrays[i].shape[1]
-            out[row, :, :n] = self.arrays[i]
-            mask[row, :n] = True
-        return torch.from_numpy(out), torch.from_numpy(mask)
-
-
-class FeatureSubset:
-    """Rows ``indices`` of a feature source (SST-2 is a subset of the SST-5 sentences)."""
-
-    def __init__(self, source, indices: Sequence[int]):
-        self.source, self.indices = source, list(indices)
-
-    def __len__(self):
-        return len(self.indices)
-
-    def batch(self, indices: Sequence[int]):
-        return self.source.batch([self.indices[i] for i in indices])
 
 
 # ---------------------------------------------------------------------- the model
@@ -191,7 +59,7 @@ class ClassifierConfig:
     hidden_dim: int = 64
     dropout: float = 0.5
     mix_l2: float = 0.001  # the paper's lambda on the scalar-mix weights
-    representation: str | None = None  # how to load the representation for predict ('default', a folder)
+    representation: dict = dataclasses.field(default_factory=dict)  # spec to embed with at predict ({}: none/unknown)
     format_version: int = FORMAT_VERSION
 
     def to_dict(self) -> dict:
@@ -200,8 +68,14 @@ class ClassifierConfig:
     @classmethod
     def from_dict(cls, values: dict) -> "ClassifierConfig":
         version = values.get("format_version")
-        if version != FORMAT_VERSION:
-            raise ValueError(f"classifier config format_version {version!r}; this elmokit reads {FORMAT_VERSION}")
+        if version not in (1, FORMAT_VERSION):
+            raise ValueError(f"classifier config format_version {version!r}; this elmokit reads 1 to {FORMAT_VERSION}")
+        if version == 1:  # the representation was a model name or folder, or None (original files: unknown)
+            old = values.get("representation")
+            values = {**values, "format_version": FORMAT_VERSION,
+                      "representation": {"kind": "elmo", "model": old} if old else {}}
+            logger.info("classifier config format_version 1 upgraded: representation %r read as %r",
+                        old, values["representation"])
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -325,11 +199,14 @@ class Classifier:
         for name in ("config.json", "model.safetensors", "labels.json", "vocab.txt"):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"{directory}: not a saved classifier (no {name})")
-        config = ClassifierConfig.from_dict(json.loads((directory / "config.json").read_text(encoding="utf-8")))
+        try:
+            config = ClassifierConfig.from_dict(json.loads((directory / "config.json").read_text(encoding="utf-8")))
+            labels = json.loads((directory / "labels.json").read_text(encoding="utf-8"))
+            words = (directory / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        except (ValueError, TypeError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise ValueError(f"{directory}: not a readable classifier folder: {error}") from None
         model = SentenceClassifier(config)
         model.load_state_dict(load_file(str(directory / "model.safetensors")))
-        labels = json.loads((directory / "labels.json").read_text(encoding="utf-8"))
-        words = (directory / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
         if len(labels) != config.num_labels or len(words) != config.vocab_size:
             raise ValueError(f"{directory}: labels.json/vocab.txt do not match config.json's sizes")
         return cls(model.eval(), WordVocabulary(words), labels)
@@ -348,7 +225,7 @@ def train_classifier(
     batch_size: int = 32,
     learning_rate: float = 1e-3,
     seed: int = 0,
-    representation: str | None = None,
+    representation: dict | None = None,
     log=None,
     **model_options,
 ) -> tuple[Classifier, list[dict]]:
@@ -365,7 +242,7 @@ def train_classifier(
     vocabulary = WordVocabulary.from_sentences(train[0])
     config = ClassifierConfig(num_labels=len(labels), vocab_size=len(vocabulary.words), use_elmo=use_elmo,
                               elmo_layers=elmo_layers if use_elmo else 0, elmo_dim=elmo_dim if use_elmo else 0,
-                              representation=representation if use_elmo else None, **model_options)
+                              representation=dict(representation or {}) if use_elmo else {}, **model_options)
     classifier = Classifier(SentenceClassifier(config), vocabulary, labels)
     model = classifier.model
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)

@@ -1,4 +1,4 @@
-"""Readers and writers for sequence-tagging data: CoNLL-U (POS) and CoNLL-style columns (NER).
+"""Readers and writers of task data: CoNLL-U (POS), CoNLL-style columns (NER), labelled TSV.
 
 * CoNLL-U (Universal Dependencies): 10 tab-separated columns; the UPOS (or XPOS) column is the
   label. Multiword-token ranges (``1-2``) and empty nodes (``1.1``) are skipped, so the tokens are
@@ -8,8 +8,11 @@
   ``token POS chunk tag``); blank or whitespace-only lines end a sentence; ``-DOCSTART-`` lines
   separate documents and are dropped. NER labels are returned in BIO (IOB2): IOB1 input (chunks
   opened by ``I-``) is converted, which leaves well-formed BIO unchanged.
+* Labelled TSV (sentence classification): ``label<TAB>whitespace-tokenised sentence`` per line.
+* Plain text: one whitespace-tokenised sentence per line.
 
-Errors name ``file:line`` and the problem (``TaggingDataError``).
+Every reader decodes its file as UTF-8 line by line (``read_lines``). Errors name ``file:line``
+and the problem (``DataFileError``; ``TaggingDataError`` for the tagging formats).
 """
 
 from __future__ import annotations
@@ -17,14 +20,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from elmokit.io import atomic_path
 
 CONLLU_COLUMNS = {"upos": 3, "xpos": 4}
 
 
-class TaggingDataError(ValueError):
+class DataFileError(ValueError):
+    """A task data file that cannot be read as it is; the message names file and line and the fix."""
+
+
+class TaggingDataError(DataFileError):
     """A tagging data file that cannot be read as it is; the message names file and line."""
 
 
@@ -55,13 +62,27 @@ class TaggedCorpus:
         return TaggedCorpus(self.sentences[:count], self.labels[:count], self.path, list(self.notes))
 
 
-def _lines(path: str | os.PathLike):
+def read_lines(path: str | os.PathLike, error: type[DataFileError] = DataFileError) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a UTF-8 text file, line endings removed, read line by line.
+
+    A line that is not valid UTF-8 raises ``error`` naming the file, the line and the byte (the
+    whole file is not decoded at once, so the line number is exact)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
+        raise FileNotFoundError(f"{path}: no such file" if not path.is_dir() else f"{path}: is a folder, not a file")
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as failure:
+                raise error(f"{path}:{number}: not valid UTF-8 (byte {failure.start + 1} of the line: "
+                            f"{raw[failure.start:failure.start + 1]!r}); re-encode the file as UTF-8, "
+                            "e.g. iconv -f latin1 -t utf-8") from None
             yield number, line.rstrip("\r\n")
+
+
+def _lines(path: str | os.PathLike):
+    return read_lines(path, TaggingDataError)
 
 
 def read_conllu(path: str | os.PathLike, column: str = "upos") -> TaggedCorpus:
@@ -208,6 +229,22 @@ def read_text(path: str | os.PathLike) -> list[list[str]]:
         shown = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
         raise TaggingDataError(f"{path}: empty lines {shown}: give one sentence per line")
     return sentences
+
+
+def read_labelled_tsv(path: str | os.PathLike) -> tuple[list[list[str]], list[str]]:
+    """``label <TAB> whitespace-tokenised sentence`` per line -> (sentences, labels); blank lines skipped."""
+    sentences, labels = [], []
+    for number, line in read_lines(path):
+        if not line.strip():
+            continue
+        label, tab, text = line.partition("\t")
+        if not tab or not label or not text.split():
+            raise DataFileError(f"{path}:{number}: expected 'label<TAB>sentence'")
+        sentences.append(text.split())
+        labels.append(label)
+    if not sentences:
+        raise DataFileError(f"{path}: no 'label<TAB>sentence' lines found")
+    return sentences, labels
 
 
 def write_conll(path: str | os.PathLike, sentences: Sequence[Sequence[str]], labels: Sequence[Sequence[str]]) -> None:

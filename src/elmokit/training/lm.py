@@ -349,7 +349,7 @@ class LanguageModel(nn.Module):
     # ---- files ---------------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike, vocabulary, *, info: dict | None = None, model_card: str | None = None) -> Path:
-        """The native model folder (loadable by ``BiLM.from_pretrained``) plus the LM head:
+        """The native model folder (loadable by ``elmokit.formats.load_bilm``) plus the LM head:
         ``lm.safetensors`` (softmax), ``vocab.txt``, ``lm.json`` (vocabulary size, tokenizer...)."""
         from safetensors.torch import save_file
 

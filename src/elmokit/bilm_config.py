@@ -1,0 +1,103 @@
+"""The architecture of ELMo's biLM: ``BiLMConfig`` (saved as ``config.json``) and the named presets.
+
+Apart from the model (``elmokit.bilm``) so that the file formats (``elmokit.formats``) and the
+training and command-line code can read and write configs without importing the model; ``elmokit.bilm``
+re-exports both names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from elmokit.configs import config_from_dict
+
+ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BiLMConfig:
+    """Architecture of a biLM. Saved as ``config.json`` (with ``format_version``).
+
+    Field names follow the reference ``options.json`` (spec §3.1) where one exists.
+    """
+
+    # 2: added `dropout` (missing in version-1 files means 0.0).
+    FORMAT_VERSION: ClassVar[int] = 2
+
+    char_embedding_dim: int = 16
+    filters: tuple[tuple[int, int], ...] = ORIGINAL_FILTERS  # (width, number of filters)
+    activation: Literal["relu", "tanh"] = "relu"
+    n_highway: int = 2
+    n_characters: int = 262  # 261 byte/special ids + the padding id 0
+    max_characters_per_token: int = 50
+    lstm_dim: int = 4096  # D, the memory cell
+    projection_dim: int = 512  # P, the LSTM output and the token vector size
+    n_layers: int = 2
+    cell_clip: float | None = 3.0
+    proj_clip: float | None = 3.0
+    use_skip_connections: bool = True
+    # bilm-tf builds the token projection only when sum(filters) != projection_dim.
+    token_projection: bool = True
+    # Training only (bilm-tf `dropout`): dropout on every LSTM layer's input, active in train
+    # mode only; inference never uses it. The LM head drops the top layer too (training/lm.py).
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        # JSON gives lists; keep the frozen config hashable and comparable.
+        object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        if self.max_characters_per_token != 50:
+            raise ValueError("ELMo character ids are fixed at 50 per token (max_characters_per_token=50)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.n_characters != 262:
+            raise ValueError(
+                f"n_characters must be 262 (261 ids + padding); got {self.n_characters}. "
+                "Files written with 261 are converted on load."
+            )
+
+    @property
+    def n_filters(self) -> int:
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Size of every output layer: 2P."""
+        return 2 * self.projection_dim
+
+    def replace(self, **changes: Any) -> "BiLMConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["filters"] = [list(f) for f in self.filters]
+        return {"format_version": self.FORMAT_VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BiLMConfig":
+        return config_from_dict(cls, data, "config")
+
+
+# Named architectures. `original` is elmo_2x4096_512_2048cnn_2xhighway; `allennlp_small` and
+# `allennlp_medium` the published 2x1024_128 and 2x2048_256 shapes; `small` a CPU-sized one
+# (512-filter CNN); `tiny` is for tests. The trainable presets carry bilm-tf's dropout 0.1.
+PRESETS: dict[str, BiLMConfig] = {
+    "tiny": BiLMConfig(
+        char_embedding_dim=4,
+        filters=((1, 4), (2, 8), (3, 16)),
+        n_highway=1,
+        lstm_dim=24,
+        projection_dim=8,
+    ),
+    "small": BiLMConfig(
+        filters=((1, 32), (2, 32), (3, 64), (4, 128), (5, 256)),
+        n_highway=1,
+        lstm_dim=1024,
+        projection_dim=128,
+        dropout=0.1,
+    ),
+    "allennlp_small": BiLMConfig(n_highway=1, lstm_dim=1024, projection_dim=128, dropout=0.1),
+    "allennlp_medium": BiLMConfig(n_highway=1, lstm_dim=2048, projection_dim=256, dropout=0.1),
+    "original": BiLMConfig(dropout=0.1),
+}

@@ -1,0 +1,102 @@
+"""Argument groups that several subcommands share (so that no subcommand imports another).
+
+* ``add_representation_arguments``: which representation (``--model``, ``--options-file`` +
+  ``--weight-file``, ``--initial-state``, ``--vectors``, ``--no-elmo``); ``common.load_representation``
+  turns them into one.
+* ``add_tagger_arguments`` + ``tagger_config_changes`` / ``tagger_train_options``: the tagger's shape
+  and training (``tag train``, ``eval pos|ner``).
+* ``add_classifier_training_arguments`` + ``classifier_training_options``: the sentence
+  classifier's (``classify train``, ``eval sst``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from elmokit.cli.common import add_model_arguments, add_threads_argument
+
+
+def add_representation_arguments(parser: argparse.ArgumentParser, *, vectors: bool = True,
+                                 no_elmo: bool = False) -> None:
+    """The ELMo model flags, and instead of them ``--vectors`` (a static table) and ``--no-elmo``."""
+    add_model_arguments(parser)
+    if not (vectors or no_elmo):
+        return
+    group = parser.add_argument_group("instead of an ELMo model")
+    if vectors:
+        group.add_argument("--vectors", default=None, metavar="DIR|FILE",
+                           help="a static table: run folder of `elmokit static train` or a word2vec/GloVe file")
+    if no_elmo:
+        group.add_argument("--no-elmo", action="store_true", help="no representation: the baseline, word vectors only")
+
+
+def add_task_file_arguments(parser: argparse.ArgumentParser, *, dev: str, test: str, out: str) -> None:
+    """``--train``, ``--dev``, ``--test`` and ``--out``: the same flags for the same roles in every
+    command that trains a task model (``tag train``, ``classify train``)."""
+    parser.add_argument("--train", required=True, metavar="FILE", help="training file")
+    parser.add_argument("--dev", required=True, metavar="FILE", help=f"development file ({dev})")
+    parser.add_argument("--test", default=None, metavar="FILE", help=f"test file, {test} (default: none)")
+    parser.add_argument("--out", required=True, metavar="DIR", help=f"the {out} folder to write (replaced atomically)")
+
+
+def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
+    """The task model's shape (TaggerConfig) and training options (TrainOptions)."""
+    model = parser.add_argument_group("task model")
+    model.add_argument("--output", choices=("crf", "softmax"), default="crf", help="CRF (default) or per-token softmax")
+    model.add_argument("--scheme", choices=("BIO", "BIOES"), default="BIO",
+                       help="NER: train in this label scheme (predictions and scores are always BIO/IOB2)")
+    model.add_argument("--elmo", choices=("mix", "top"), default="mix",
+                       help="mix: learned scalar mix of all layers (eq. 1); top: the top layer only")
+    model.add_argument("--elmo-at-output", action="store_true", help="also add ELMo at the BiLSTM output, own mix")
+    model.add_argument("--mix-l2", type=float, default=0.001, help="lambda of the L2 penalty on the mix weights")
+    model.add_argument("--fine-tune", action="store_true", help="fine-tune the biLM (ELMo models only; slow)")
+    model.add_argument("--word-dim", type=int, default=100, help="learned word embedding size")
+    model.add_argument("--hidden-dim", type=int, default=200, help="BiLSTM hidden size per direction")
+    model.add_argument("--dropout", type=float, default=0.5, help="dropout on word vectors and BiLSTM output")
+    model.add_argument("--elmo-dropout", type=float, default=0.5, help="dropout on ELMo")
+    model.add_argument("--no-lowercase", action="store_true", help="keep the case of words for the word embedding")
+    model.add_argument("--min-word-count", type=int, default=2,
+                       help="training words seen fewer times share the unknown-word vector")
+    train = parser.add_argument_group("training")
+    train.add_argument("--epochs", type=int, default=10, help="at most this many epochs")
+    train.add_argument("--patience", type=int, default=3, help="stop after this many epochs without a better dev score")
+    train.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the task model")
+    train.add_argument("--fine-tune-lr", type=float, default=1e-4, help="Adam learning rate of the biLM (--fine-tune)")
+    train.add_argument("--seed", type=int, default=0, help="random seed")
+    train.add_argument("--max-train-sentences", type=int, default=None, help="use only the first N training sentences")
+    train.add_argument("--cache-dir", default=None,
+                       help="keep the frozen feature caches here (reused across runs; default: a temporary folder)")
+    add_threads_argument(parser)
+
+
+def tagger_config_changes(args: argparse.Namespace) -> dict:
+    return dict(output=args.output, elmo=args.elmo, elmo_at_output=args.elmo_at_output, mix_l2=args.mix_l2,
+                fine_tune=args.fine_tune, word_dim=args.word_dim, hidden_dim=args.hidden_dim, dropout=args.dropout,
+                elmo_dropout=args.elmo_dropout, lowercase=not args.no_lowercase, min_word_count=args.min_word_count)
+
+
+def tagger_train_options(args: argparse.Namespace):
+    from elmokit.tasks.tagger import TrainOptions
+
+    return TrainOptions(epochs=args.epochs, patience=args.patience, batch_size=args.batch_size, learning_rate=args.lr,
+                        fine_tune_learning_rate=args.fine_tune_lr, seed=args.seed)
+
+
+def add_classifier_training_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epochs", type=int, default=10, help="training epochs, the best on dev is kept (default: %(default)s)")
+    p.add_argument("--train-batch-size", type=int, default=32, help="sentences per training step (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: %(default)s)")
+    p.add_argument("--word-dim", type=int, default=50, help="size of the learned word vectors x_k (default: %(default)s)")
+    p.add_argument("--hidden-dim", type=int, default=64, help="BiLSTM hidden size per direction (default: %(default)s)")
+    p.add_argument("--dropout", type=float, default=0.5,
+                   help="dropout on the BiLSTM input and the pooled vector (default: %(default)s)")
+    p.add_argument("--mix-l2", type=float, default=0.001,
+                   help="lambda of the L2 penalty on the layer weights (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+
+
+def classifier_training_options(args: argparse.Namespace) -> dict:
+    return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": args.lr,
+            "word_dim": args.word_dim, "hidden_dim": args.hidden_dim, "dropout": args.dropout,
+            "mix_l2": args.mix_l2, "seed": args.seed}

@@ -1,0 +1,155 @@
+"""The tagger's model: ``TaggerConfig`` (saved as config.json) and ``TaggerModel`` (the nn.Module).
+
+Word embedding + ELMo mix (eq. 1) -> BiLSTM (+ ELMo mix at the output) -> label scores -> CRF or
+softmax; see :mod:`elmokit.tasks.tagger` for the paper and the deviations.
+
+Shapes: B batch, T tokens, L representation layers, D representation dim, H LSTM hidden, N labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from elmokit.nn.scalar_mix import ScalarMix
+from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
+
+FORMAT_VERSION = 1
+PAD, UNK = "<pad>", "<unk>"  # the first two words of every tagger vocabulary
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaggerConfig:
+    """Everything that shapes the task model (saved as config.json).
+
+    ``representation`` records how to rebuild the features at prediction time:
+    ``{"kind": "elmo", "model": ...}``, ``{"kind": "elmo-original", "options_file": ..., "weight_file": ...}``,
+    ``{"kind": "vectors", "path": ...}`` or ``{}`` (no representation).
+    """
+
+    format_version: int = FORMAT_VERSION
+    task: str = "ner"  # "pos" (metric: token accuracy) or "ner" (metric: strict span F1)
+    output: str = "crf"  # "crf" or "softmax"
+    scheme: str | None = "BIO"  # the label scheme the model is trained in (BIO, BIOES) or None (POS)
+    elmo: str = "mix"  # "mix" (eq. 1), "top" (top layer only), "none" (baseline)
+    elmo_at_output: bool = False
+    elmo_layers: int = 0
+    elmo_dim: int = 0
+    elmo_dropout: float = 0.5
+    mix_l2: float = 0.001
+    fine_tune: bool = False
+    representation: dict = field(default_factory=dict)
+    representation_name: str = ""
+    lowercase: bool = True
+    min_word_count: int = 2
+    word_dim: int = 100
+    hidden_dim: int = 200
+    dropout: float = 0.5
+
+    def __post_init__(self) -> None:
+        checks = {"task": ("pos", "ner"), "output": ("crf", "softmax"), "elmo": ("mix", "top", "none")}
+        for name, allowed in checks.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"TaggerConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.elmo != "none" and (self.elmo_layers < 1 or self.elmo_dim < 1):
+            raise ValueError("an ELMo tagger needs elmo_layers and elmo_dim (from the representation)")
+        if self.elmo == "none" and (self.elmo_at_output or self.fine_tune):
+            raise ValueError("elmo_at_output and fine_tune need a representation (elmo='mix' or 'top')")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TaggerConfig":
+        version = data.get("format_version", FORMAT_VERSION)
+        if version > FORMAT_VERSION:
+            raise ValueError(f"tagger format_version {version} is newer than this elmokit ({FORMAT_VERSION})")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown tagger config fields: {', '.join(unknown)}")
+        return cls(**data)
+
+
+
+class TaggerModel(nn.Module):
+    """Word embedding + ELMo mix -> BiLSTM (+ ELMo mix) -> label scores -> CRF or softmax."""
+
+    def __init__(self, config: TaggerConfig, vocab_size: int, num_labels: int, labels: Sequence[str]) -> None:
+        super().__init__()
+        self.config = config
+        self.word_embedding = nn.Embedding(vocab_size, config.word_dim, padding_idx=0)
+        use_elmo = config.elmo != "none"
+        if config.elmo == "mix":
+            self.input_mix = ScalarMix(config.elmo_layers)
+            self.output_mix = ScalarMix(config.elmo_layers) if config.elmo_at_output else None
+        else:
+            self.input_mix = self.output_mix = None
+        self.elmo_dropout = nn.Dropout(config.elmo_dropout)
+        self.dropout = nn.Dropout(config.dropout)
+        input_dim = config.word_dim + (config.elmo_dim if use_elmo else 0)
+        self.lstm = nn.LSTM(input_dim, config.hidden_dim, batch_first=True, bidirectional=True)
+        output_dim = 2 * config.hidden_dim + (config.elmo_dim if config.elmo_at_output else 0)
+        self.label_scores = nn.Linear(output_dim, num_labels)
+        self.crf = None
+        if config.output == "crf":
+            constraints = allowed_transitions(labels, config.scheme) if config.scheme else None
+            self.crf = ConditionalRandomField(num_labels, constraints=constraints)
+        self.bilm: nn.Module | None = None  # set by fine-tuning: runs live on character ids
+
+    def _elmo(self, layers: torch.Tensor, mix: ScalarMix | None) -> torch.Tensor:
+        """layers (B, L, T, D) -> ELMo_k (B, T, D) with dropout."""
+        if mix is None:  # "top": the top layer alone
+            mixed = layers[:, -1]
+        else:
+            mixed = mix(layers.transpose(0, 1))  # eq. 1: gamma * sum_j softmax(w)_j h_kj
+        return self.elmo_dropout(mixed)
+
+    def emissions(
+        self, word_ids: torch.Tensor, mask: torch.Tensor, features: torch.Tensor | None = None,
+        char_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """word_ids (B, T), mask (B, T), features (B, L, T, D) or char_ids (B, T, 50) -> (B, T, N)."""
+        pieces = [self.dropout(self.word_embedding(word_ids))]  # (B, T, word_dim)
+        layers = None
+        if self.config.elmo != "none":
+            if self.bilm is not None:
+                if char_ids is None:
+                    raise ValueError("a fine-tuned tagger needs char_ids")
+                layers = self.bilm(char_ids, keep_boundaries=False).layers.transpose(0, 1)  # (B, L, T, D)
+            elif features is None:
+                raise ValueError("an ELMo tagger needs the representation's features (B, L, T, D)")
+            else:
+                layers = features
+            pieces.append(self._elmo(layers, self.input_mix))
+        inputs = torch.cat(pieces, dim=-1)  # (B, T, word_dim + D)
+        lengths = mask.sum(1).cpu()
+        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        hidden, _ = self.lstm(packed)
+        hidden, _ = pad_packed_sequence(hidden, batch_first=True, total_length=mask.shape[1])  # (B, T, 2H)
+        hidden = self.dropout(hidden)
+        if self.config.elmo_at_output:
+            hidden = torch.cat([hidden, self._elmo(layers, self.output_mix)], dim=-1)  # [h_k; ELMo'_k]
+        return self.label_scores(hidden)
+
+    def loss(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Mean over sentences of -log p(tags) (CRF), or mean token cross-entropy (softmax); plus the mix L2."""
+        if self.crf is not None:
+            loss = self.crf(emissions, tags, mask).mean()
+        else:
+            loss = nn.functional.cross_entropy(emissions[mask], tags[mask])
+        for mix in (self.input_mix, self.output_mix):
+            if mix is not None and self.config.mix_l2 > 0:
+                loss = loss + mix.l2_penalty(self.config.mix_l2)
+        return loss
+
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+        if self.crf is not None:
+            return self.crf.viterbi_decode(emissions, mask)
+        best = emissions.argmax(-1)
+        return [best[b, : int(n)].tolist() for b, n in enumerate(mask.sum(1))]
