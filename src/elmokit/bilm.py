@@ -117,7 +117,7 @@ class BiLM(nn.Module):
         """``"zero"`` or ``"warm"``: where every sentence (every new stateful row) starts."""
         return "zero" if self.warm_h is None else "warm"
 
-    def set_initial_state(self, state=None) -> "BiLM":
+    def set_initial_state(self, state=None) -> BiLM:
         """Start every sentence from ``state`` (a ``WarmState``, or ``(h (L, 2, P), c (L, 2, D))``),
         or from zero with ``None``. Forgets any carried stateful state."""
         if state is None:
@@ -141,7 +141,7 @@ class BiLM(nn.Module):
     # ---- construction from arrays, copies (files: ``elmokit.formats``, which imports this) ------
 
     @classmethod
-    def from_state(cls, config: BiLMConfig, state: dict, *, stateful: bool = False) -> "BiLM":
+    def from_state(cls, config: BiLMConfig, state: dict, *, stateful: bool = False) -> BiLM:
         """A model in eval mode from a config and a state dict of arrays (numpy or torch) under our
         names. To read model files use ``elmokit.formats.load_bilm`` (it names the files in errors)."""
         model = cls(config, stateful=stateful)
@@ -164,7 +164,7 @@ class BiLM(nn.Module):
     def numpy_state(self) -> dict:
         return {name: value.detach().cpu().numpy() for name, value in self.state_dict().items()}
 
-    def copy(self) -> "BiLM":
+    def copy(self) -> BiLM:
         """An independent copy: the same class, config, weights (copied, not shared; same device and
         dtype), statefulness and carried state, initial state, precision and train/eval mode;
         parameters require grad (as in a new model); no token cache. Changing either model never
@@ -201,7 +201,7 @@ class BiLM(nn.Module):
         out[mask] = vectors
         return out
 
-    def set_precision(self, precision: str) -> "BiLM":
+    def set_precision(self, precision: str) -> BiLM:
         """Inference arithmetic: ``"fp32"`` (the default, exact) or ``"bf16"`` (fast: bf16 weights in
         every matrix product, fp32 elsewhere; see docs/benchmarks.md for the measured error).
 

@@ -66,7 +66,7 @@ class BiLMConfig:
         """Size of every output layer: 2P."""
         return 2 * self.projection_dim
 
-    def replace(self, **changes: Any) -> "BiLMConfig":
+    def replace(self, **changes: Any) -> BiLMConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,7 +75,7 @@ class BiLMConfig:
         return {"format_version": self.FORMAT_VERSION, **data}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BiLMConfig":
+    def from_dict(cls, data: dict[str, Any]) -> BiLMConfig:
         return config_from_dict(cls, data, "config")
 
 

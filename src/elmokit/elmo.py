@@ -12,8 +12,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -99,7 +100,7 @@ class Elmo(nn.Module):
         stateful: bool = False,
         initial_state: str = "zero",
         **kwargs,
-    ) -> "Elmo":
+    ) -> Elmo:
         """``initial_state="warm"``: every sentence starts from the model's warm state (see ``BiLM``)."""
         bilm = load_bilm(path, stateful=stateful, initial_state=initial_state)
         return cls(module=bilm, num_output_representations=num_output_representations, _owned=True, **kwargs)
@@ -178,7 +179,7 @@ class Embedder:
     @classmethod
     def load(
         cls, path: str | os.PathLike = "default", *, stateful: bool = False, initial_state: str = "zero", **options
-    ) -> "Embedder":
+    ) -> Embedder:
         """``"default"`` (the shipped model), a native folder, or a folder with options.json + weights.hdf5.
 
         ``initial_state``: ``"zero"`` (default) or ``"warm"`` (the folder's warm_state.safetensors,
@@ -198,7 +199,7 @@ class Embedder:
         stateful: bool = False,
         initial_state: str = "zero",
         **options,
-    ) -> "Embedder":
+    ) -> Embedder:
         bilm = load_original(options_file, weight_file, stateful=stateful, initial_state=initial_state)
         suffix = "+warm" if initial_state == "warm" else ""
         return cls(bilm, name=f"elmo:{Path(weight_file).stem}{suffix}", _owned=True, **options)

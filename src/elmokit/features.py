@@ -30,8 +30,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -155,7 +155,7 @@ class FeatureCache:
 
     @classmethod
     def build(cls, rep, sentences: Sequence[Sequence[str]], directory: str | os.PathLike, *,
-              chunk_sentences: int = 512, key: str | None = None, progress: bool = False) -> "FeatureCache":
+              chunk_sentences: int = 512, key: str | None = None, progress: bool = False) -> FeatureCache:
         """Embed ``sentences`` with ``rep`` into ``directory`` (replaced atomically if present)."""
         directory = Path(directory)
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
@@ -178,7 +178,7 @@ class FeatureCache:
         return cls(directory)
 
     @classmethod
-    def for_dataset(cls, rep, sentences: Sequence[Sequence[str]], cache_root: str | os.PathLike, **options) -> "FeatureCache":
+    def for_dataset(cls, rep, sentences: Sequence[Sequence[str]], cache_root: str | os.PathLike, **options) -> FeatureCache:
         """The cache of these sentences under ``cache_root``, built on first use and reused after."""
         key = hashlib.sha256(f"{fingerprint(rep)}\n{sentences_fingerprint(sentences)}".encode()).hexdigest()
         directory = Path(cache_root) / key[:24]

@@ -9,11 +9,37 @@ import sys
 from elmokit.formats import ModelFolderError, WeightFileError
 from elmokit.formats.embedding_hdf5 import InputFileError
 from elmokit.representation import RepresentationError
-
 from elmokit.warm_state import WarmStateError
 
 # Errors that are the user's input, reported as one line without a traceback.
 USER_ERRORS = (InputFileError, WeightFileError, ModelFolderError, WarmStateError, RepresentationError, FileNotFoundError)
+
+
+# ---- numeric option types: argparse reports a bad value as "argument --x: ..." and exits 2 --------
+
+
+def _number_type(convert, low, *, low_inclusive: bool = True, high=None, what: str):
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if convert is int else 'a number'}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if (low is not None and (value < low or (value == low and not low_inclusive))) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+positive_int = _number_type(int, 1, what="an integer >= 1")
+non_negative_int = _number_type(int, 0, what="an integer >= 0")
+positive_float = _number_type(float, 0.0, low_inclusive=False, what="a number > 0")
+non_negative_float = _number_type(float, 0.0, what="a number >= 0")
+probability = _number_type(float, 0.0, high=1.0, what="a number in [0, 1]")
+finite_float = _number_type(float, None, what="a finite number")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,13 +53,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
 
 
 def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="fp32: exact (default); bf16: about 2x faster, ~1e-2 relative error (see docs/benchmarks.md)")
-    parser.add_argument("--token-cache", type=int, default=20_000, metavar="N",
+    parser.add_argument("--token-cache", type=non_negative_int, default=20_000, metavar="N",
                         help="cache the token vectors of N spellings (exact; 0 disables; default 20000)")
 
 
@@ -56,7 +82,8 @@ def load_embedder(args: argparse.Namespace, *, stateful: bool = False, batch_siz
 
 
 def _load_from_flags(args, vectors, *, stateful, batch_size, default_model="default"):
-    from elmokit.representation import load_representation as load, spec_from_flags
+    from elmokit.representation import load_representation as load
+    from elmokit.representation import spec_from_flags
 
     spec = spec_from_flags(model=args.model, options_file=args.options_file, weight_file=args.weight_file,
                            vectors=vectors, initial_state=getattr(args, "initial_state", "zero"),

@@ -270,8 +270,14 @@ def _register_wsd(sub) -> None:
 
 def run_wsd(args: argparse.Namespace) -> int:
     from elmokit.data_paths import shared_data
-    from elmokit.evaluation.wsd import (evaluate_wsd, format_wsd_table, read_first_senses, read_gold_keys,
-                                        read_raganato_xml, read_semcor_tsv)
+    from elmokit.evaluation.wsd import (
+        evaluate_wsd,
+        format_wsd_table,
+        read_first_senses,
+        read_gold_keys,
+        read_raganato_xml,
+        read_semcor_tsv,
+    )
 
     folder = Path(args.data_dir) if args.data_dir else shared_data("wsd")
     wordnet = Path(args.wordnet) if args.wordnet else shared_data("wordnet3.0", "wordnet-3.0.tar.xz")

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -145,7 +145,7 @@ class NeighborIndex:
         batch_sentences: int = 256,
         progress: bool = False,
         source: dict | None = None,
-    ) -> "NeighborIndex":
+    ) -> NeighborIndex:
         """Embed ``sentences`` with ``rep`` (batches of ``batch_sentences``) into ``directory``.
 
         ``dtype``: ``"float16"`` halves the disk and memory (cosines then carry about 1e-3 of

@@ -14,8 +14,8 @@ models with the same vocabulary and tokenisation. The OOV rate is reported along
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 import torch
 

@@ -14,9 +14,9 @@ standard deviation (a linear map, so the probe stays linear) to keep L-BFGS well
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 

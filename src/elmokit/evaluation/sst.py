@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from elmokit.data_paths import shared_data
 from elmokit.features import FeatureCache, FeatureSubset

@@ -13,9 +13,10 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from elmokit.data_paths import shared_data
 from elmokit.tasks.data import TaggedCorpus, read_conll, read_conllu

@@ -24,9 +24,9 @@ from __future__ import annotations
 import os
 import tarfile
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 from xml.parsers import expat
 
 import numpy as np

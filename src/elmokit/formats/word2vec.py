@@ -16,8 +16,8 @@ file untouched.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -60,7 +60,7 @@ def write_word2vec(
         if binary:
             little = vectors.astype("<f4", copy=False)
             with open(tmp, "wb") as out:
-                out.write(f"{n} {dim}\n".encode("utf-8"))
+                out.write(f"{n} {dim}\n".encode())
                 for word, row in zip(words, little):
                     out.write(word.encode("utf-8") + b" " + row.tobytes() + b"\n")
         else:
@@ -118,7 +118,7 @@ def _read_text(path: Path, header: bool | None, limit: int | None) -> tuple[list
     words: list[str] = []
     rows: list[np.ndarray] = []
     expected_n = dim = None
-    with open(path, "r", encoding="utf-8", newline="\n") as handle:
+    with open(path, encoding="utf-8", newline="\n") as handle:
         first = handle.readline()
         lineno = 1
         if header is None:

@@ -16,7 +16,7 @@ the same batch-invariant GEMM as the rest of the model. The weights keep ``Conv1
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

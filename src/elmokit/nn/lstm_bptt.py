@@ -81,7 +81,7 @@ class PackedLayout:
         self.restore = rank_of_row
         self.last = torch.where(lengths > 0, offsets[(lengths - 1).clamp(min=0)] + rank_of_row, torch.full_like(lengths, -1))
 
-    def to(self, device: torch.device) -> "PackedLayout":
+    def to(self, device: torch.device) -> PackedLayout:
         for name in ("order", "index", "previous", "restore", "last"):
             setattr(self, name, getattr(self, name).to(device))
         return self

@@ -10,7 +10,7 @@ paper's lambda * ||w||^2 regulariser (lambda = 0.001 recommended).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

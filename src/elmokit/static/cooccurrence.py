@@ -33,9 +33,9 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 from tqdm import tqdm

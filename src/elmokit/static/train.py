@@ -49,10 +49,10 @@ import shutil
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class StaticTrainConfig:
     max_vocab: int | None = None
 
     @classmethod
-    def for_algo(cls, algo: str, **overrides) -> "StaticTrainConfig":
+    def for_algo(cls, algo: str, **overrides) -> StaticTrainConfig:
         if algo not in ALGOS:
             raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
         values = dict(DEFAULTS[algo])
@@ -299,7 +299,7 @@ def train_static(
     partial = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     t0 = time.time()
     try:
         if config.algo in ("cbow", "skipgram", "fasttext", "doc2vec"):

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -198,7 +198,7 @@ class StaticVectors:
         name: str | None = None,
         lowercase: bool | None = None,
         limit: int | None = None,
-    ) -> "StaticVectors":
+    ) -> StaticVectors:
         """Load a folder written by :meth:`save_folder` / ``elmokit static train``, or one file.
 
         A file may be word2vec text (with or without header, detected) or binary (detected).

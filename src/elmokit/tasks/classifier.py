@@ -29,9 +29,9 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -66,7 +66,7 @@ class ClassifierConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "ClassifierConfig":
+    def from_dict(cls, values: dict) -> ClassifierConfig:
         version = values.get("format_version")
         if version not in (1, FORMAT_VERSION):
             raise ValueError(f"classifier config format_version {version!r}; this elmokit reads 1 to {FORMAT_VERSION}")
@@ -136,7 +136,7 @@ class WordVocabulary:
         self.index = {w: i for i, w in enumerate(self.words)}
 
     @classmethod
-    def from_sentences(cls, sentences: Sequence[Sequence[str]]) -> "WordVocabulary":
+    def from_sentences(cls, sentences: Sequence[Sequence[str]]) -> WordVocabulary:
         seen = dict.fromkeys(w for s in sentences for w in s)
         return cls([PAD, UNK] + sorted(seen))
 
@@ -192,7 +192,7 @@ class Classifier:
             (staging / "vocab.txt").write_text("".join(w + "\n" for w in self.vocabulary.words), encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> "Classifier":
+    def load(cls, directory: str | os.PathLike) -> Classifier:
         from safetensors.torch import load_file
 
         directory = Path(directory)

@@ -20,7 +20,7 @@ Shapes: B batch, T tokens, N labels.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

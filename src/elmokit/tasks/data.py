@@ -18,9 +18,9 @@ and the problem (``DataFileError``; ``TaggingDataError`` for the tagging formats
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from elmokit.io import atomic_path
 
@@ -55,7 +55,7 @@ class TaggedCorpus:
         """The labels seen, sorted ('O' first)."""
         return sorted({label for row in self.labels for label in row}, key=lambda l: (l != "O", l))
 
-    def subset(self, count: int | None) -> "TaggedCorpus":
+    def subset(self, count: int | None) -> TaggedCorpus:
         """The first ``count`` sentences (all when None)."""
         if count is None or count >= len(self):
             return self

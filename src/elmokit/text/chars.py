@@ -9,7 +9,7 @@ shifted by +1 so that 0 can mean "no token here" (padding rows of a batch).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -25,9 +25,10 @@ import lzma
 import os
 import re
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Sequence
+from typing import IO
 
 from tqdm import tqdm
 
@@ -73,7 +74,7 @@ class Tokenizer:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Tokenizer":
+    def from_dict(cls, data: dict) -> Tokenizer:
         return cls(**{k: v for k, v in data.items() if k in {"kind", "lowercase", "pattern"}})
 
 
@@ -96,7 +97,7 @@ def open_text(path: str | os.PathLike) -> IO[str]:
         return gzip.open(path, "rt", encoding="utf-8", newline=None)
     if suffix == ".bz2":
         return bz2.open(path, "rt", encoding="utf-8", newline=None)
-    return io.open(path, "rt", encoding="utf-8", newline=None)
+    return open(path, encoding="utf-8", newline=None)
 
 
 def open_binary(path: str | os.PathLike) -> IO[bytes]:

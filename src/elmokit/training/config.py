@@ -88,12 +88,12 @@ class TrainingConfig:
             return vocab_size > 2 * self.n_negative_samples
         return self.softmax == "sampled"
 
-    def replace(self, **changes: Any) -> "TrainingConfig":
+    def replace(self, **changes: Any) -> TrainingConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainingConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TrainingConfig:
         return config_from_dict(cls, data, "training config")

@@ -30,9 +30,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from elmokit.text.corpus import Corpus, Tokenizer, expand_patterns
 
@@ -92,7 +92,7 @@ class Position:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Position":
+    def from_dict(cls, data: dict) -> Position:
         return cls(**{k: int(v) for k, v in data.items()})
 
 

@@ -30,7 +30,7 @@ class DistributedContext:
         return self.world_size > 1
 
     @classmethod
-    def from_environment(cls) -> "DistributedContext":
+    def from_environment(cls) -> DistributedContext:
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size <= 1:
             return cls()

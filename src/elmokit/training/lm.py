@@ -69,7 +69,7 @@ class TrainableBiLM(BiLM):
 
 
 @torch.no_grad()
-def init_like_bilm_tf(model: "LanguageModel", generator: torch.Generator) -> None:
+def init_like_bilm_tf(model: LanguageModel, generator: torch.Generator) -> None:
     """bilm-tf's initialisers, in a fixed order, from ``generator``:
 
     char embedding U(-1, 1) (the padding row stays 0); CNN U(-0.05, 0.05) for relu (Kim et al.),
@@ -169,7 +169,7 @@ class Candidates:
     log_q: torch.Tensor  # (V,) float32: log expected count of each vocabulary id
 
     @classmethod
-    def draw(cls, vocab_size: int, num_samples: int, *, seed: int, step: int, device="cpu") -> "Candidates":
+    def draw(cls, vocab_size: int, num_samples: int, *, seed: int, step: int, device="cpu") -> Candidates:
         """Deterministic in (seed, step): every rank of a data-parallel run draws the same set."""
         num_samples = min(num_samples, vocab_size)
         rng = np.random.Generator(np.random.PCG64([seed, step, 0x5A3D]))

@@ -34,14 +34,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from elmokit.bilm import BiLMConfig
 from elmokit.io import atomic_path
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.checkpoint import (
-    CheckpointError,
     decode_rng,
     encode_rng,
     latest_checkpoint,
@@ -274,9 +272,9 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
 
     train_model = model
     if context.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
         import warnings
+
+        from torch.nn.parallel import DistributedDataParallel
 
         # The char CNN's im2col weight gradients arrive transposed; DDP copies them into its
         # buckets and says so on every step. Harmless (a small copy), so keep the log readable.

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from elmokit.io import atomic_path
 from elmokit.text.chars import BOS_TOKEN, EOS_TOKEN
@@ -69,7 +69,7 @@ class Vocabulary:
         return [index.get(t, unk) for t in tokens]
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Vocabulary":
+    def load(cls, path: str | os.PathLike) -> Vocabulary:
         """Read a bilm-tf vocabulary file (one token per line; a trailing newline is optional)."""
         path = Path(path)
         try:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], task: str) -> dict[str, Any]:

@@ -9,8 +9,9 @@ Shapes: B batch, T tokens, L representation layers, D representation dim, H LSTM
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -65,7 +66,7 @@ class TaggerConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TaggerConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TaggerConfig:
         version = data.get("format_version", FORMAT_VERSION)
         if version > FORMAT_VERSION:
             raise ValueError(f"tagger format_version {version} is newer than this elmokit ({FORMAT_VERSION})")

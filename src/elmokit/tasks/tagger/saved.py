@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -152,7 +153,7 @@ class SequenceTagger:
         return directory
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, *, representation=None) -> "SequenceTagger":
+    def load(cls, directory: str | os.PathLike, *, representation=None) -> SequenceTagger:
         """Read a tagger folder. The representation is rebuilt from the config unless given."""
         from safetensors.torch import load_file
 
