@@ -1,7 +1,6 @@
 """Fixtures shared by the tests; helper functions live in testkit.py (importable by name)."""
 
 import pytest
-
 from testkit import random_tf_weights, tiny_options, write_original_files
 
 

@@ -1,14 +1,13 @@
 """The biLM against the NumPy oracle on random, oddly shaped architectures."""
 
-import copy
 
 import numpy as np
 import pytest
 import torch
+from numpy_elmo import NumpyELMo
+from testkit import random_tf_weights, tiny_options, write_original_files
 
 from elmokit import Embedder, batch_to_ids, load_original
-from testkit import random_tf_weights, tiny_options, write_original_files
-from numpy_elmo import NumpyELMo
 
 SENTENCES = [
     ["The", "cat", "sat", "."],

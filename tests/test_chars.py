@@ -1,11 +1,10 @@
 import json
 
-import numpy as np
 import pytest
 import torch
+from testkit import need_shared
 
 from elmokit.text import batch_to_ids, token_to_char_ids
-from testkit import need_shared
 
 
 def test_the_by_hand():

@@ -6,10 +6,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from testkit import need_shared
 
 from elmokit import batch_to_ids, load_original
 from elmokit.nn.scalar_mix import ScalarMix
-from testkit import need_shared
 
 # The reference's own check: numpy.allclose(atol=1e-6) with its default rtol=1e-5.
 ATOL, RTOL = 1e-6, 1e-5

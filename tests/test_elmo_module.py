@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
-
-from elmokit import Elmo, ScalarMix, batch_to_ids, load_original
 from numpy_elmo import NumpyELMo
 from testkit import assert_unchanged, model_snapshot
+
+from elmokit import Elmo, ScalarMix, batch_to_ids, load_original
 
 SENTENCES = [["The", "first", "sentence", "."], ["Another", "one"], ["x"] * 7]
 

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 import torch
+from numpy_elmo import NumpyELMo
+from testkit import assert_unchanged, model_snapshot
 
 from elmokit import Embedder, Representation, batch_to_ids, load_original
 from elmokit.warm_state import compute_warm_state
-from numpy_elmo import NumpyELMo
-from testkit import assert_unchanged, model_snapshot
 
 
 def test_embedder_is_a_representation(tiny_original):

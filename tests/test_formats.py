@@ -6,11 +6,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from testkit import need_shared, random_tf_weights, tiny_options, write_original_files
 
 from elmokit import Embedder, batch_to_ids, load_bilm, load_original, save_native, save_original
 from elmokit.cli.main import main
 from elmokit.formats import ModelFolderError, WeightFileError
-from testkit import need_shared, random_tf_weights, tiny_options, write_original_files
 
 
 def read_all_datasets(path):

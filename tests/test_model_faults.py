@@ -7,12 +7,12 @@ import h5py
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from testkit import random_tf_weights, tiny_options, write_original_files
 
 from elmokit import Embedder, load_bilm, load_original, save_native
 from elmokit.cli.main import main
 from elmokit.formats import ModelFolderError, WeightFileError
 from elmokit.warm_state import WarmStateError, compute_warm_state, save_warm_state
-from testkit import random_tf_weights, tiny_options, write_original_files
 
 LSTM_WEIGHT = "forward_lstm.0.input_linear.weight"  # (4D, P) = (44, 5) for the tiny options (D 11, P 5)
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 import torch
+from probe_testkit import OneLayerSignal
 
 from elmokit.evaluation.probe import fit_softmax_regression, probe_layers
-from probe_testkit import OneLayerSignal
 
 NUM_TAGS = 4
 WORDS = [f"w{i}" for i in range(24)]

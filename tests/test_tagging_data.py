@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from testkit import need_shared
 
 from elmokit.tasks.data import (
     TaggingDataError,
@@ -14,7 +15,6 @@ from elmokit.tasks.data import (
     read_text,
     write_conll,
 )
-from testkit import need_shared
 
 CONLLU = """# sent_id = 1
 # text = I didn't go.

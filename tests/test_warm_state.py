@@ -7,6 +7,7 @@ warm-up text; the reference's stateful mode reading the text and then the senten
 import numpy as np
 import pytest
 import torch
+from numpy_elmo import NumpyELMo
 
 from elmokit import BiLM, Embedder, batch_to_ids, load_bilm, load_original, save_native
 from elmokit.warm_state import (
@@ -16,7 +17,6 @@ from elmokit.warm_state import (
     save_warm_state,
     warmup_sentences,
 )
-from numpy_elmo import NumpyELMo
 
 WARMUP = [["It", "was", "late", "."], ["Call", "me", "Ishmael", "."], ["The", "end", "came", "soon", "!"]]
 SENTENCES = [

@@ -2,12 +2,18 @@
 
 import numpy as np
 import pytest
+from probe_testkit import BagOfContext
 
 from elmokit.evaluation.wsd import (
-    WsdDataError, build_sense_vectors, evaluate_wsd, read_first_senses, read_gold_keys, read_raganato_xml,
-    read_semcor_tsv, sense_key_lemma_pos,
+    WsdDataError,
+    build_sense_vectors,
+    evaluate_wsd,
+    read_first_senses,
+    read_gold_keys,
+    read_raganato_xml,
+    read_semcor_tsv,
+    sense_key_lemma_pos,
 )
-from probe_testkit import BagOfContext
 
 TABLE = {"money": (1, 0), "river": (0, 1), "bank": (1, 1), "took": (2, 0), "place": (0, 4)}
 FINANCE, SLOPE = "bank%1:14:00::", "bank%1:17:01::"

@@ -1,13 +1,12 @@
 """Fixtures for the static-vector tests; helpers live in static_testkit.py."""
 
 from __future__ import annotations
+
 import gzip
 import lzma
-import os
-import random
 from pathlib import Path
-import pytest
 
+import pytest
 from static_testkit import tiny_lines
 
 

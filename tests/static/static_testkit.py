@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
-import lzma
-import os
 import random
-from pathlib import Path
-
-import pytest
-
-
-
 
 ANIMALS = ["cat", "dog", "horse", "cow", "sheep", "goat", "mouse"]
 VERBS = ["runs", "eats", "sleeps", "jumps", "walks"]

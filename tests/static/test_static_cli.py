@@ -8,12 +8,11 @@ import pytest
 pytest.importorskip("gensim")
 pytest.importorskip("sklearn")
 from gensim.models import KeyedVectors
+from static_testkit import ANIMALS
 
 from elmokit.cli.main import main
 from elmokit.static.train import infer_doc_vectors, load_doc_vectors
 from elmokit.static.vectors import StaticVectors
-
-from static_testkit import ANIMALS
 
 FAST = {  # tiny, quick settings; everything else is the tool default
     "cbow-hs": ["--algo", "cbow", "--hs"],

@@ -1,11 +1,8 @@
-import gzip
-import lzma
 
 import pytest
+from static_testkit import tiny_lines
 
 from elmokit.text.corpus import Corpus, CorpusError, Tokenizer
-
-from static_testkit import tiny_lines
 
 
 def test_reads_xz_and_gz_in_order_and_skips_blank_lines(tiny_corpus):

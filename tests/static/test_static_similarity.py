@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from static_testkit import need_shared
 
 from elmokit.evaluation.word_similarity import (
     Question,
@@ -15,8 +16,6 @@ from elmokit.evaluation.word_similarity import (
     spearman,
 )
 from elmokit.static.vectors import StaticVectors
-
-from static_testkit import need_shared
 
 
 def test_spearman_hand_computed_with_ties():

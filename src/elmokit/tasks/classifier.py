@@ -32,11 +32,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
+from elmokit.configs import config_from_dict
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class ClassifierConfig:
     mix_l2: float = 0.001  # the paper's lambda on the scalar-mix weights
     representation: dict = dataclasses.field(default_factory=dict)  # spec to embed with at predict ({}: none/unknown)
     format_version: int = FORMAT_VERSION
+    FORMAT_VERSION: ClassVar[int] = FORMAT_VERSION
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -76,11 +79,7 @@ class ClassifierConfig:
                       "representation": {"kind": "elmo", "model": old} if old else {}}
             logger.info("classifier config format_version 1 upgraded: representation %r read as %r",
                         old, values["representation"])
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"classifier config has unknown fields {unknown}")
-        return cls(**values)
+        return config_from_dict(cls, values, "classifier config")
 
 
 class SentenceClassifier(nn.Module):

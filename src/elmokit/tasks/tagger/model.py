@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from elmokit.configs import config_from_dict
 from elmokit.nn.scalar_mix import ScalarMix
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 
@@ -33,6 +34,7 @@ class TaggerConfig:
     ``{"kind": "vectors", "path": ...}`` or ``{}`` (no representation).
     """
 
+    FORMAT_VERSION: ClassVar[int] = FORMAT_VERSION
     format_version: int = FORMAT_VERSION
     task: str = "ner"  # "pos" (metric: token accuracy) or "ner" (metric: strict span F1)
     output: str = "crf"  # "crf" or "softmax"
@@ -67,14 +69,7 @@ class TaggerConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaggerConfig:
-        version = data.get("format_version", FORMAT_VERSION)
-        if version > FORMAT_VERSION:
-            raise ValueError(f"tagger format_version {version} is newer than this elmokit ({FORMAT_VERSION})")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown tagger config fields: {', '.join(unknown)}")
-        return cls(**data)
+        return config_from_dict(cls, {"format_version": FORMAT_VERSION, **data}, "tagger config")
 
 
 
