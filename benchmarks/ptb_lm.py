@@ -55,7 +55,8 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=0.2, help="Adagrad learning rate (default 0.2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--valid-sentences", type=int, default=1000, help="valid sentences per evaluation (default 1000)")
-    parser.add_argument("--test-sentences", type=int, default=None, help="only the first N test sentences (a quick check; default all)")
+    parser.add_argument("--test-sentences", type=int, default=None,
+                        help="only the first N test sentences (a quick check; default all)")
     args = parser.parse_args()
     if (args.max_steps is None) == (args.epochs is None):
         parser.error("give exactly one of --max-steps and --epochs")
@@ -108,7 +109,8 @@ def main() -> int:
         "parameters_bilm": sum(p.numel() for p in lm.bilm.parameters()),
         "test_forward_ppl": test.forward, "test_backward_ppl": test.backward, "test_average_ppl": test.average,
         "steps": step, "training_tokens": result.tokens, "wall_hours": (time.time() - began) / 3600,
-        "test_sentences": test.num_sentences, "threads": args.threads, "curve": curve, "anchor": "Kim et al. 2016 LSTM-Char-Small: 92.3 (5M params)",
+        "test_sentences": test.num_sentences, "threads": args.threads, "curve": curve,
+        "anchor": "Kim et al. 2016 LSTM-Char-Small: 92.3 (5M params)",
     }
     (out / "ptb_result.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "curve"}, indent=1))

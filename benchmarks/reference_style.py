@@ -26,7 +26,9 @@ class ReferenceStyleELMo:
         self.config = config
         s = {k: v.float() for k, v in state.items()}
         self.char_embedding = s["token_encoder.char_embedding.weight"]
-        self.convs = [(s[f"token_encoder.convs.{i}.weight"], s[f"token_encoder.convs.{i}.bias"]) for i in range(len(config.filters))]
+        self.convs = [
+            (s[f"token_encoder.convs.{i}.weight"], s[f"token_encoder.convs.{i}.bias"]) for i in range(len(config.filters))
+        ]
         self.highway = []
         for h in range(config.n_highway):
             # one Linear(F, 2F): rows [transform; -carry] so that gate = sigmoid(-(x W_c + b_c)) = 1 - t
@@ -39,7 +41,8 @@ class ReferenceStyleELMo:
             for layer in range(config.n_layers):
                 p = f"{stack}.{layer}"
                 self.cells[direction, layer] = (
-                    s[f"{p}.input_linear.weight"], s[f"{p}.hidden_linear.weight"], s[f"{p}.input_linear.bias"], s[f"{p}.projection.weight"]
+                    s[f"{p}.input_linear.weight"], s[f"{p}.hidden_linear.weight"],
+                    s[f"{p}.input_linear.bias"], s[f"{p}.projection.weight"],
                 )
 
     def token_encoder(self, ids: torch.Tensor) -> torch.Tensor:

@@ -139,13 +139,14 @@ def table(names: list[str]) -> str:
         sim = {r["dataset"]: r for r in ev["similarity"]}
         ana = {r["dataset"]: r for r in ev["analogy"]}
 
-        def s(key):
+        def s(key, sim=sim):
             r = sim.get(key)
             return "–" if r is None else f"{r['spearman']:.3f} ({r['coverage'] * 100:.0f}%)"
 
         g = ana.get("google")
         m = ana.get("msr")
-        google = "–" if g is None else f"{g['accuracy']:.3f} ({g['sections']['semantic']['accuracy']:.2f}/{g['sections']['syntactic']['accuracy']:.2f}; cov {g['coverage'] * 100:.0f}%)"
+        google = "–" if g is None else (f"{g['accuracy']:.3f} ({g['sections']['semantic']['accuracy']:.2f}/"
+                                        f"{g['sections']['syntactic']['accuracy']:.2f}; cov {g['coverage'] * 100:.0f}%)")
         msr = "–" if m is None else f"{m['accuracy']:.3f} (cov {m['coverage'] * 100:.0f}%)"
         wall = rj.get("total_seconds", rj["training_seconds"])
         lines.append(f"| {label} | {rj['config']['dim']} | {rj['vocab_size']:,} | {s('ws353')} | {s('ws353-sim')} | "
@@ -172,7 +173,8 @@ def elmo_row() -> str:
         return "–" if r is None else f"{r['spearman']:.3f} ({r['coverage'] * 100:.0f}%)"
 
     g, m = ana.get("google"), ana.get("msr")
-    google = "–" if g is None else f"{g['accuracy']:.3f} ({g['sections']['semantic']['accuracy']:.2f}/{g['sections']['syntactic']['accuracy']:.2f}; cov {g['coverage'] * 100:.0f}%)"
+    google = "–" if g is None else (f"{g['accuracy']:.3f} ({g['sections']['semantic']['accuracy']:.2f}/"
+                                    f"{g['sections']['syntactic']['accuracy']:.2f}; cov {g['coverage'] * 100:.0f}%)")
     msr = "–" if m is None else f"{m['accuracy']:.3f} (cov {m['coverage'] * 100:.0f}%)"
     return (f"| {label} | 256 | open | {s('ws353')} | {s('ws353-sim')} | {s('ws353-rel')} | {s('simlex999')} | "
             f"{s('men')} | {s('rw')} | {s('simverb3500')} | {google} | {msr} | 2.6 h (biLM) |")
@@ -232,7 +234,8 @@ def main() -> int:
     parser.add_argument("--no-train", action="store_true", help="only evaluate and write the table")
     parser.add_argument("--no-eval", action="store_true", help="only train")
     parser.add_argument("--table-only", action="store_true", help="only rewrite the table from " + str(RECORDS.relative_to(REPO)))
-    parser.add_argument("--elmo-row", action="store_true", help="only refresh the ELMo row from " + str(ELMO_EVAL.relative_to(REPO)))
+    parser.add_argument("--elmo-row", action="store_true",
+                        help="only refresh the ELMo row from " + str(ELMO_EVAL.relative_to(REPO)))
     args = parser.parse_args()
     if args.elmo_row:
         patch_elmo_row()

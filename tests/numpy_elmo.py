@@ -44,7 +44,7 @@ class NumpyELMo:
         table = np.vstack([np.zeros((1, table.shape[1])), table])  # shifted ids, row 0 = padding
         x = table[char_ids(token)]  # (50, E)
         pooled = []
-        for i, (width, num) in enumerate(cnn["filters"]):
+        for i, (width, _num) in enumerate(cnn["filters"]):
             W = self.w[f"CNN/W_cnn_{i}"][0]  # (width, E, n)
             conv = np.stack([np.einsum("ke,ken->n", x[t : t + width], W) for t in range(50 - width + 1)])
             conv = conv + self.w[f"CNN/b_cnn_{i}"]
@@ -82,7 +82,8 @@ class NumpyELMo:
         for layer in range(self.L):
             outs = {}
             for d in (0, 1):
-                h, c = self.state.get((d, layer, row), (np.zeros(P), np.zeros(D))) if row is not None else (np.zeros(P), np.zeros(D))
+                zeros = (np.zeros(P), np.zeros(D))
+                h, c = self.state.get((d, layer, row), zeros) if row is not None else zeros
                 out = []
                 for x in inputs[d]:
                     h, c = self.cell(d, layer, x, h, c)

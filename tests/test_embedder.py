@@ -80,7 +80,8 @@ def test_embedder_copy_keeps_the_warm_state_and_does_not_follow_later_changes(ti
 
 def test_bf16_with_autograd_on_raises_instead_of_silently_computing_fp32(tiny_original):
     bilm = load_original(*tiny_original[:2]).set_precision("bf16")  # parameters require grad
-    with pytest.raises(ValueError, match=r"precision='bf16' applies to CPU float32 inference only.*requires_grad=True and autograd on"):
+    with pytest.raises(ValueError,
+                       match=r"precision='bf16' applies to CPU float32 inference only.*requires_grad=True and autograd on"):
         bilm(batch_to_ids(SENTENCES))
     bilm.train()
     with pytest.raises(ValueError, match="inference_mode"):

@@ -122,7 +122,8 @@ def test_embed_cli_speed_flags(tmp_path, bilm):
     save_native(bilm, tmp_path / "m")
     (tmp_path / "in.txt").write_text("the cat sat\na dog\n")
     for flags, name in ((["--precision", "bf16"], "bf16.h5"), (["--token-cache", "0"], "nocache.h5"), ([], "default.h5")):
-        assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / name), "--all", "--model", str(tmp_path / "m"), *flags]) == 0
+        assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / name), "--all",
+                     "--model", str(tmp_path / "m"), *flags]) == 0
     with h5py.File(tmp_path / "default.h5") as a, h5py.File(tmp_path / "nocache.h5") as b, h5py.File(tmp_path / "bf16.h5") as c:
         assert np.array_equal(a["0"][...], b["0"][...]), "the cache changes nothing"
         assert not np.array_equal(a["0"][...], c["0"][...]) and np.allclose(a["0"][...], c["0"][...], atol=0.1)

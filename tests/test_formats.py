@@ -115,7 +115,8 @@ def test_not_a_model_folder(tmp_path):
 def test_native_config_version_and_fields(tmp_path, tiny_original):
     save_native(load_original(*tiny_original[:2]), tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
-    assert config["format_version"] == 2 and config["lstm_dim"] == 11 and config["dropout"] == 0.0 and config["filters"] == [[1, 3], [2, 5], [4, 7]]
+    assert (config["format_version"] == 2 and config["lstm_dim"] == 11 and config["dropout"] == 0.0
+            and config["filters"] == [[1, 3], [2, 5], [4, 7]])
     config["format_version"] = 99
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelFolderError, match="format_version 99 is newer"):

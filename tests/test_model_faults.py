@@ -60,7 +60,8 @@ def test_missing_and_extra_tensors_are_named(native):
     state = load_file(str(path))
     removed = state.pop(LSTM_WEIGHT)
     save_file(state, str(path))
-    with pytest.raises(ModelFolderError, match=rf"^{path}: no tensor '{LSTM_WEIGHT}' \(shape \(44, 5\) per {native / 'config.json'}\)"):
+    with pytest.raises(ModelFolderError,
+                       match=rf"^{path}: no tensor '{LSTM_WEIGHT}' \(shape \(44, 5\) per {native / 'config.json'}\)"):
         load_bilm(native)
     save_file({**state, LSTM_WEIGHT: removed, "extra.weight": np.zeros(3, np.float32)}, str(path))
     with pytest.raises(ModelFolderError, match=rf"^{path}: tensor 'extra.weight' \(1 in all\) is not part of the model"):

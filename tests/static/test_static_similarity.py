@@ -105,7 +105,8 @@ def test_analogy_3cosadd_excludes_question_words_and_reports_coverage():
 
 def test_google_reader(tmp_path):
     path = tmp_path / "q.txt"
-    path.write_text(": capital-common-countries\nAthens Greece Baghdad Iraq\n: gram1-adjective-to-adverb\ncalm calmly quick quickly\n")
+    path.write_text(": capital-common-countries\nAthens Greece Baghdad Iraq\n"
+                    ": gram1-adjective-to-adverb\ncalm calmly quick quickly\n")
     assert read_google(path) == [Question("capital-common-countries", "Athens", "Greece", "Baghdad", "Iraq"),
                                  Question("gram1-adjective-to-adverb", "calm", "calmly", "quick", "quickly")]
 

@@ -123,7 +123,7 @@ def run_benchmark(
                 f"({train.num_tokens} tokens), dev {len(dev)}, test {len(test)}")
             started = time.perf_counter()
             tagger = train_tagger(train, dev, config, representation=rep, options=options,
-                                  cache_dir=cache_dir, log=lambda m: log(f"{name} [{mode}] {m}"))
+                                  cache_dir=cache_dir, log=lambda m, name=name, mode=mode: log(f"{name} [{mode}] {m}"))
             test_result = tagger.evaluate(test)
             dev_result = tagger.history[tagger.best_epoch - 1]["dev"]
             results.append({

@@ -188,7 +188,8 @@ class WordVectors:
     def __init__(self, rep, *, layer: int = 0, lowercase: bool | None = None, batch_size: int = 512,
                  in_vocab_only: bool = False) -> None:
         if not 0 <= layer < rep.num_layers:
-            raise ValueError(f"--layer {layer} is out of range: {rep.name} has {rep.num_layers} layer(s) (0..{rep.num_layers - 1})")
+            raise ValueError(f"--layer {layer} is out of range: {rep.name} has {rep.num_layers} layer(s) "
+                             f"(0..{rep.num_layers - 1})")
         self.rep = rep
         self.layer = layer
         self.lowercase = bool(getattr(rep, "lowercase", False)) if lowercase is None else lowercase
@@ -209,7 +210,9 @@ class WordVectors:
         """(len(words), dim) float32 for covered words (KeyError for a word a table lacks)."""
         keys = [self.key(w) for w in words]
         if self.is_table:
-            return np.stack([self.rep.vector(k) for k in keys]).astype(np.float32) if keys else np.zeros((0, self.rep.dim), np.float32)
+            if not keys:
+                return np.zeros((0, self.rep.dim), np.float32)
+            return np.stack([self.rep.vector(k) for k in keys]).astype(np.float32)
         missing = sorted({k for k in keys if k not in self._cache})
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start : start + self.batch_size]

@@ -114,7 +114,9 @@ class CharCNNEncoder(nn.Module):
                 windows = windows.reshape(*windows.shape[:2], -1)  # (n, S, w * E)
                 pooled = packed_linear(windows, kernel, bias, precision=self.precision).amax(dim=1)  # (n, n_f)
                 if num_windows < num_chars - width + 1:  # all-padding windows exist: their value joins
-                    padding_value = packed_linear(pad_window.repeat(width)[None], kernel, bias, precision=self.precision)  # (1, n_f)
+                    padding_value = packed_linear(
+                        pad_window.repeat(width)[None], kernel, bias, precision=self.precision
+                    )  # (1, n_f)
                     pooled = torch.maximum(pooled, padding_value)
                 per_filter.append(pooled)
             pooled_rows.append(torch.cat(per_filter, dim=-1))

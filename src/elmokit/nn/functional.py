@@ -172,7 +172,9 @@ class PreparedWeight:
             if self.bias is not None:
                 out += self.bias
         elif self.precision == "bf16":
-            out = torch.ops.mkldnn._linear_pointwise(flat.to(torch.bfloat16).contiguous(), self.weight, None, "none", [], "").float()
+            out = torch.ops.mkldnn._linear_pointwise(
+                flat.to(torch.bfloat16).contiguous(), self.weight, None, "none", [], ""
+            ).float()
             if self.bias is not None:
                 out += self.bias
         else:
