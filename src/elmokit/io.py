@@ -1,13 +1,147 @@
-"""File helpers shared by every writer: nothing half-written ever sits where a result should."""
+"""File helpers shared by every writer: nothing half-written ever sits where a result should.
+
+A result is written under a temporary name beside it and renamed over it at the end. The
+temporary is named ``.<name>.elmokit-tmp-<host>-<pid>`` (``.out.h5.elmokit-tmp-node1-4242``
+for ``out.h5``), so that anyone can tell it is ours, which output it belongs to and which process
+writes it. A writer that is killed outright (``kill -9``, a power cut) cannot remove its
+temporary; the next writer of the same output removes every such temporary whose process is no
+longer running on this host, and says so (a warning on the ``elmokit.io`` logger). Temporaries
+written on another host (a shared filesystem) are left alone: their process cannot be checked.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
+import re
 import shutil
-import tempfile
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+TEMP_MARK = ".elmokit-tmp-"
+_held: set[str] = set()  # temporaries this process is writing now (absolute paths)
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "localhost"
+
+
+def temporary_path(target: str | os.PathLike, *, pid: int | None = None, host: str | None = None) -> Path:
+    """The name of the temporary that process ``pid`` (default: this one) writes ``target`` under."""
+    target = Path(target)
+    return target.with_name(f".{target.name}{TEMP_MARK}{host or _host()}-{os.getpid() if pid is None else pid}")
+
+
+def _temporary_owner(target: Path, candidate: str) -> tuple[str, int] | None:
+    """(host, pid) when ``candidate`` is the name of one of our temporaries of ``target``."""
+    prefix = f".{target.name}{TEMP_MARK}"
+    if not candidate.startswith(prefix):
+        return None
+    match = re.fullmatch(r"(?P<host>[A-Za-z0-9._-]+)-(?P<pid>\d+)(?:\.\d+)?", candidate[len(prefix):])
+    return (match["host"], int(match["pid"])) if match else None
+
+
+def _process_running(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def _process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), where /proc says (Linux); else None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime, in clock ticks since boot
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _is_stale(path: Path, host: str, pid: int) -> bool:
+    """Whether the temporary ``path`` of process ``pid`` on ``host`` can no longer be written to."""
+    if host != _host():
+        return False  # another machine's process: nothing here can tell whether it still runs
+    if pid == os.getpid():
+        return str(path.absolute()) not in _held  # left by an earlier process that had this pid
+    if not _process_running(pid):
+        return True
+    started = _process_start_time(pid)  # the pid may have been reused by a process started since
+    try:
+        modified = path.lstat().st_mtime
+    except OSError:
+        return False
+    return started is not None and started > modified + 2.0
+
+
+def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries of ``target`` left by writers of this host that no longer run
+    (killed before they could clean up); log each one. Returns the paths removed."""
+    target = Path(target)
+    removed = []
+    try:
+        names = os.listdir(target.parent if str(target.parent) else ".")
+    except OSError:
+        return removed
+    for name in names:
+        owner = _temporary_owner(target, name)
+        if owner is None:
+            continue
+        path = target.with_name(name)
+        if not _is_stale(path, *owner):
+            continue
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            logger.warning("%s: could not remove this temporary left by an interrupted run (process %d): %s",
+                           path, owner[1], error.strerror or error)
+            continue
+        logger.warning("removed %s: a temporary left by an interrupted run (process %d, no longer running)", path, owner[1])
+        removed.append(path)
+    return removed
+
+
+def _claim(target: Path, *, directory: bool) -> Path:
+    """Create this process's temporary beside ``target`` (exclusively) and mark it held; the path
+    returned is absolute (release it with ``_release``)."""
+    target = target.absolute()
+    remove_stale_temporaries(target)
+    base = temporary_path(target)
+    for attempt in range(1000):
+        path = base if attempt == 0 else base.with_name(f"{base.name}.{attempt}")  # this process writes it twice
+        if str(path) in _held:
+            continue
+        try:
+            if directory:
+                os.mkdir(path, 0o700)
+            else:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        _held.add(str(path))
+        return path
+    raise FileExistsError(errno.EEXIST, "too many temporaries", str(base))
+
+
+def _release(path: Path) -> None:
+    _held.discard(str(path))
 
 
 @contextlib.contextmanager
@@ -15,22 +149,27 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path beside ``target``; on success rename it over ``target``.
 
     On any exception (KeyboardInterrupt included) the temporary file is removed and ``target``
-    is left exactly as it was. The rename is atomic on POSIX filesystems.
+    is left exactly as it was. The rename is atomic on POSIX filesystems. Stale temporaries of
+    ``target`` (their writer was killed) are removed first.
     """
     target = Path(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    # mkstemp creates the file private (0600); give the result the permissions of a normal file.
+    tmp = None
+    # the umask, to give the result the permissions of a normal file (the temporary is private, 0600)
     umask = os.umask(0)
     os.umask(umask)
     try:
-        yield tmp
+        tmp = _claim(target, directory=False)
+        yield str(tmp)
         os.chmod(tmp, 0o666 & ~umask)  # after the writer: it may have replaced the temporary file
         os.replace(tmp, target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
         raise
+    finally:
+        if tmp is not None:
+            _release(tmp)
 
 
 @contextlib.contextmanager
@@ -39,24 +178,29 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
 
     An existing ``target`` is moved aside first and removed only once the new folder is in place,
     so a reader never finds a half-written folder; on any exception the temporary folder is removed
-    and ``target`` is left as it was.
+    and ``target`` is left as it was. Stale temporary folders of ``target`` are removed first.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = None
     try:
+        tmp = _claim(target, directory=True)
         yield tmp
-        _apply_umask(tmp)  # mkdtemp makes the folder private (0700), and some writers their files (0600)
+        _apply_umask(tmp)  # the temporary folder is private (0700), and some writers make their files 0600
         old = None
         if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
             os.replace(target, old)
         os.replace(tmp, target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if tmp is not None:
+            _release(tmp)
 
 
 def _apply_umask(folder: Path) -> None:

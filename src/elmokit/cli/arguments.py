@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import argparse
 
-from elmokit.cli.common import add_model_arguments, add_threads_argument
+from elmokit.cli.common import (
+    add_model_arguments,
+    add_threads_argument,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
 
 
 def add_representation_arguments(parser: argparse.ArgumentParser, *, vectors: bool = True,
@@ -48,23 +56,23 @@ def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--elmo", choices=("mix", "top"), default="mix",
                        help="mix: learned scalar mix of all layers (eq. 1); top: the top layer only")
     model.add_argument("--elmo-at-output", action="store_true", help="also add ELMo at the BiLSTM output, own mix")
-    model.add_argument("--mix-l2", type=float, default=0.001, help="lambda of the L2 penalty on the mix weights")
+    model.add_argument("--mix-l2", type=non_negative_float, default=0.001, help="lambda of the L2 penalty on the mix weights")
     model.add_argument("--fine-tune", action="store_true", help="fine-tune the biLM (ELMo models only; slow)")
-    model.add_argument("--word-dim", type=int, default=100, help="learned word embedding size")
-    model.add_argument("--hidden-dim", type=int, default=200, help="BiLSTM hidden size per direction")
-    model.add_argument("--dropout", type=float, default=0.5, help="dropout on word vectors and BiLSTM output")
-    model.add_argument("--elmo-dropout", type=float, default=0.5, help="dropout on ELMo")
+    model.add_argument("--word-dim", type=positive_int, default=100, help="learned word embedding size")
+    model.add_argument("--hidden-dim", type=positive_int, default=200, help="BiLSTM hidden size per direction")
+    model.add_argument("--dropout", type=probability, default=0.5, help="dropout on word vectors and BiLSTM output")
+    model.add_argument("--elmo-dropout", type=probability, default=0.5, help="dropout on ELMo")
     model.add_argument("--no-lowercase", action="store_true", help="keep the case of words for the word embedding")
-    model.add_argument("--min-word-count", type=int, default=2,
+    model.add_argument("--min-word-count", type=non_negative_int, default=2,
                        help="training words seen fewer times share the unknown-word vector")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=int, default=10, help="at most this many epochs")
-    train.add_argument("--patience", type=int, default=3, help="stop after this many epochs without a better dev score")
-    train.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
-    train.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the task model")
-    train.add_argument("--fine-tune-lr", type=float, default=1e-4, help="Adam learning rate of the biLM (--fine-tune)")
-    train.add_argument("--seed", type=int, default=0, help="random seed")
-    train.add_argument("--max-train-sentences", type=int, default=None, help="use only the first N training sentences")
+    train.add_argument("--epochs", type=positive_int, default=10, help="at most this many epochs")
+    train.add_argument("--patience", type=positive_int, default=3, help="stop after this many epochs without a better dev score")
+    train.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
+    train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate of the task model")
+    train.add_argument("--fine-tune-lr", type=positive_float, default=1e-4, help="Adam learning rate of the biLM (--fine-tune)")
+    train.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
+    train.add_argument("--max-train-sentences", type=positive_int, default=None, help="use only the first N training sentences")
     train.add_argument("--cache-dir", default=None,
                        help="keep the frozen feature caches here (reused across runs; default: a temporary folder)")
     add_threads_argument(parser)
@@ -84,16 +92,18 @@ def tagger_train_options(args: argparse.Namespace):
 
 
 def add_classifier_training_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epochs", type=int, default=10, help="training epochs, the best on dev is kept (default: %(default)s)")
-    p.add_argument("--train-batch-size", type=int, default=32, help="sentences per training step (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: %(default)s)")
-    p.add_argument("--word-dim", type=int, default=50, help="size of the learned word vectors x_k (default: %(default)s)")
-    p.add_argument("--hidden-dim", type=int, default=64, help="BiLSTM hidden size per direction (default: %(default)s)")
-    p.add_argument("--dropout", type=float, default=0.5,
+    p.add_argument("--epochs", type=positive_int, default=10,
+                   help="training epochs, the best on dev is kept (default: %(default)s)")
+    p.add_argument("--train-batch-size", type=positive_int, default=32, help="sentences per training step (default: %(default)s)")
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate (default: %(default)s)")
+    p.add_argument("--word-dim", type=positive_int, default=50,
+                   help="size of the learned word vectors x_k (default: %(default)s)")
+    p.add_argument("--hidden-dim", type=positive_int, default=64, help="BiLSTM hidden size per direction (default: %(default)s)")
+    p.add_argument("--dropout", type=probability, default=0.5,
                    help="dropout on the BiLSTM input and the pooled vector (default: %(default)s)")
-    p.add_argument("--mix-l2", type=float, default=0.001,
+    p.add_argument("--mix-l2", type=non_negative_float, default=0.001,
                    help="lambda of the L2 penalty on the layer weights (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default: %(default)s)")
 
 
 def classifier_training_options(args: argparse.Namespace) -> dict:

@@ -24,7 +24,7 @@ from elmokit.cli.arguments import (
     add_task_file_arguments,
     classifier_training_options,
 )
-from elmokit.cli.common import apply_threads, load_representation, run_reporting_errors
+from elmokit.cli.common import add_threads_argument, apply_threads, load_representation, positive_int, run_reporting_errors
 
 
 def register(subparsers) -> None:
@@ -36,11 +36,11 @@ def register(subparsers) -> None:
     add_task_file_arguments(train, dev="model selection", test="accuracy reported and recorded", out="classifier")
     train.add_argument("--format", choices=("tsv", "sst5", "sst2"), default="tsv",
                        help="tsv: label<TAB>sentence lines; sst5/sst2: SST PTB trees, root label (default: %(default)s)")
-    train.add_argument("--batch-size", type=int, default=64,
+    train.add_argument("--batch-size", type=positive_int, default=64,
                        help="sentences per batch when embedding (default: %(default)s)")
     train.add_argument("--cache-dir", default=None,
                        help="keep the feature caches here (reused across runs; default: a temporary folder)")
-    train.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    add_threads_argument(train)
     add_representation_arguments(train, no_elmo=True)
     add_classifier_training_arguments(train)
     train.set_defaults(func=lambda args: _run("classify train", run_train, args))
@@ -49,11 +49,12 @@ def register(subparsers) -> None:
                              description="Writes 'label<TAB>probability' per input line. The representation is the one "
                              "recorded in the classifier's config.json unless --model, --options-file or --vectors is given.")
     predict.add_argument("--classifier", default=None, metavar="DIR", help="a folder written by `elmokit classify train`")
-    predict.add_argument("--input", default=None, metavar="FILE", help="the file to label: one whitespace-tokenised sentence per line")
+    predict.add_argument("--input", default=None, metavar="FILE",
+                         help="the file to label: one whitespace-tokenised sentence per line")
     predict.add_argument("positional", nargs="*", metavar="", help=argparse.SUPPRESS)  # the older `DIR FILE` form
     predict.add_argument("--out", default=None, help="label<TAB>probability per line (default: stdout)")
-    predict.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: %(default)s)")
-    predict.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    predict.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch (default: %(default)s)")
+    add_threads_argument(predict)
     add_representation_arguments(predict)
     predict.set_defaults(func=lambda args: _run("classify predict", run_predict, args))
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])

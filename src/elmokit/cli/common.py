@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
 
 from elmokit.formats import ModelFolderError, WeightFileError
-from elmokit.formats.embedding_hdf5 import InputFileError
+from elmokit.formats.embedding_hdf5 import InputFileError, OutputFileError
 from elmokit.representation import RepresentationError
 from elmokit.warm_state import WarmStateError
 
 # Errors that are the user's input, reported as one line without a traceback.
-USER_ERRORS = (InputFileError, WeightFileError, ModelFolderError, WarmStateError, RepresentationError, FileNotFoundError)
+USER_ERRORS = (InputFileError, OutputFileError, WeightFileError, ModelFolderError, WarmStateError, RepresentationError,
+               FileNotFoundError)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 sentence``, ``0 sentences``, ``3 sentences``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
 # ---- numeric option types: argparse reports a bad value as "argument --x: ..." and exits 2 --------
@@ -42,9 +51,29 @@ probability = _number_type(float, 0.0, high=1.0, what="a number in [0, 1]")
 finite_float = _number_type(float, None, what="a finite number")
 
 
+def number_list(item):
+    """A comma-separated list, each item checked by ``item`` (one of the types above): ``1,2``."""
+
+    def parse(text: str):
+        parts = [part.strip() for part in text.split(",")]
+        if any(not part for part in parts):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list (an item is empty)")
+        values = []
+        for part in parts:
+            try:
+                values.append(item(part))
+            except argparse.ArgumentTypeError as error:
+                raise argparse.ArgumentTypeError(f"item {part!r} of {text!r}: {error}") from None
+        return values
+
+    parse.__name__ = f"list of {item.__name__}"
+    return parse
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model (default: the shipped default model)")
-    group.add_argument("--model", default=None, help="'default', a native model folder, or a folder with options.json + weights.hdf5")
+    group.add_argument("--model", default=None,
+                       help="'default', a native model folder, or a folder with options.json + weights.hdf5")
     group.add_argument("--options-file", default=None, help="original options.json (with --weight-file)")
     group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file)")
     group.add_argument("--initial-state", choices=("zero", "warm"), default="zero",
@@ -99,13 +128,56 @@ def apply_threads(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is, so that every ``finally`` and every
+    temporary-file cleanup runs as for Ctrl-C (``elmokit.io.atomic_path``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_as_interrupts():
+    """While inside: SIGTERM (``kill``, a batch system's time limit) and SIGHUP (the terminal
+    closed) raise ``Terminated`` once; a second one while cleaning up is ignored. Signals set
+    to be ignored (``nohup``) stay ignored; only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    raised = False
+
+    def handler(signum, frame):
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def run_reporting_errors(command: str, func, args: argparse.Namespace) -> int:
+    """Run ``func(args)``: user errors as one line (exit 2), Ctrl-C (130), SIGTERM (143) and
+    SIGHUP (129) as one line after the temporaries are removed."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        return int(func(args) or 0)
+        with signals_as_interrupts():
+            return int(func(args) or 0)
     except USER_ERRORS as error:
         print(f"elmokit {command}: error: {error}", file=sys.stderr)
         return 2
+    except Terminated as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"elmokit {command}: stopped by {name}; nothing was written to the output", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print(f"elmokit {command}: interrupted; nothing was written to the output", file=sys.stderr)
         return 130

@@ -23,7 +23,13 @@ DEMO_WORDS = [("play", 0, 1), ("bank", 2, 3)]
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="embed a few sentences and print how contexts change a word's vectors")
+    parser = subparsers.add_parser(
+        "demo", help="embed a few sentences and print how contexts change a word's vectors",
+        description="Embed four example sentences and print, per layer, the cosine similarity of the same word "
+        "('play', 'bank') in two sentences where it has different senses. Layer 0 is the context-independent "
+        "token vector, so it is always 1.000; the contextual layers are below 1. Uses the shipped default model "
+        "unless --model or --options-file/--weight-file name another.",
+    )
     add_model_arguments(parser)
     add_threads_argument(parser)
     parser.set_defaults(func=lambda args: run_reporting_errors("demo", run, args))

@@ -30,6 +30,7 @@ from elmokit.cli.arguments import (
     tagger_config_changes,
     tagger_train_options,
 )
+from elmokit.cli.common import add_threads_argument, non_negative_float, non_negative_int, number_list, positive_int
 
 
 def register(subparsers) -> None:
@@ -57,12 +58,13 @@ def _register_similarity(sub) -> None:
                      help="run folder or word2vec/GloVe vector file; repeatable")
     src.add_argument("--model", action="append", default=[], metavar="MODEL",
                      help="an ELMo model ('default' or a folder; needs the ELMo core); repeatable")
-    p.add_argument("--layer", type=int, default=0, help="layer of a multi-layer representation (0: context-independent)")
+    p.add_argument("--layer", type=non_negative_int, default=0,
+                   help="layer of a multi-layer representation (0: context-independent)")
     p.add_argument("--datasets", default=",".join(DEFAULT_SIMILARITY),
                    help=f"comma-separated similarity sets from: {', '.join(SIMILARITY_DATASETS)} ('' for none)")
     p.add_argument("--analogies", default=",".join(DEFAULT_ANALOGY),
                    help=f"comma-separated analogy sets from: {', '.join(ANALOGY_DATASETS)} ('' for none)")
-    p.add_argument("--top-n", type=int, default=30000, help="analogy candidates: this many most frequent words")
+    p.add_argument("--top-n", type=positive_int, default=30000, help="analogy candidates: this many most frequent words")
     p.add_argument("--analogy-vocab", default=None,
                    help="file of candidate words, most frequent first (needed for analogies with --model)")
     p.add_argument("--lowercase", choices=("auto", "yes", "no"), default="auto",
@@ -106,7 +108,8 @@ def run_similarity(args: argparse.Namespace) -> int:
     vocab = None
     try:
         if args.analogy_vocab:
-            vocab = [line.split()[0] for line in Path(args.analogy_vocab).read_text(encoding="utf-8").splitlines() if line.strip()]
+            lines = Path(args.analogy_vocab).read_text(encoding="utf-8").splitlines()
+            vocab = [line.split()[0] for line in lines if line.strip()]
         results = []
         for rep in _load(args):
             use = analogies if (vocab is not None or hasattr(rep, "words")) else []
@@ -142,7 +145,7 @@ def _register_tagging(sub, task: str) -> None:
     add_representation_arguments(p)
     p.add_argument("--datasets", default=",".join(datasets), help=f"comma-separated, from: {', '.join(datasets)}")
     p.add_argument("--no-baseline", action="store_true", help="skip the tagger without the representation")
-    p.add_argument("--max-eval-sentences", type=int, default=None, help="use only the first N dev and test sentences")
+    p.add_argument("--max-eval-sentences", type=positive_int, default=None, help="use only the first N dev and test sentences")
     p.add_argument("--data-dir", default=None, help="the folder holding the data sets (default: $ELMOKIT_SHARED/data "
                    "or ../shared/data)")
     add_tagger_arguments(p)
@@ -185,8 +188,8 @@ def run_tagging(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- layer probes
 def _add_representation_arguments(parser) -> None:
     add_representation_arguments(parser)
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per biLM batch")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per biLM batch")
+    add_threads_argument(parser)
 
 
 def _representation(args):
@@ -214,10 +217,11 @@ def _register_probe(sub) -> None:
     _add_representation_arguments(p)
     p.add_argument("--data-dir", default=None,
                    help="folder with en_ewt-ud-{train,dev,test}.conllu (default: $ELMOKIT_SHARED/data/ud_english_ewt)")
-    p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences of each split")
-    p.add_argument("--weight-decays", default="0,1e-5,1e-4,1e-3", help="comma-separated L2 strengths tried on dev")
-    p.add_argument("--layers", default=None, help="comma-separated layers (default: all)")
-    p.add_argument("--max-iter", type=int, default=200, help="L-BFGS iterations per fit")
+    p.add_argument("--max-sentences", type=positive_int, default=None, help="use only the first N sentences of each split")
+    p.add_argument("--weight-decays", type=number_list(non_negative_float), default="0,1e-5,1e-4,1e-3",
+                   help="comma-separated L2 strengths tried on dev")
+    p.add_argument("--layers", type=number_list(non_negative_int), default=None, help="comma-separated layers (default: all)")
+    p.add_argument("--max-iter", type=positive_int, default=200, help="L-BFGS iterations per fit")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.set_defaults(func=lambda args: _run_reporting("eval probe", run_probe, args))
 
@@ -239,10 +243,8 @@ def run_probe(args: argparse.Namespace) -> int:
 
     splits = ud_ewt_splits(args.data_dir, max_sentences=args.max_sentences)
     rep = _representation(args)
-    layers = None if args.layers is None else [int(x) for x in args.layers.split(",")]
-    result = probe_layers(rep, splits["train"], splits["dev"], splits["test"],
-                          weight_decays=[float(x) for x in args.weight_decays.split(",")], layers=layers,
-                          max_iter=args.max_iter, log=logging.getLogger("elmokit.probe").info)
+    result = probe_layers(rep, splits["train"], splits["dev"], splits["test"], weight_decays=args.weight_decays,
+                          layers=args.layers, max_iter=args.max_iter, log=logging.getLogger("elmokit.probe").info)
     result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
     print(format_probe_table(result))
     if args.out:
@@ -263,7 +265,7 @@ def _register_wsd(sub) -> None:
     p.add_argument("--test", default="ALL", help="evaluation set under Evaluation_Datasets/ (ALL, senseval2, ...)")
     p.add_argument("--wordnet", default=None,
                    help="WordNet 3.0 index.sense, its folder, or wordnet-3.0.tar.xz (default: $ELMOKIT_SHARED/data/wordnet3.0)")
-    p.add_argument("--max-semcor-sentences", type=int, default=None, help="use only the first N SemCor sentences")
+    p.add_argument("--max-semcor-sentences", type=positive_int, default=None, help="use only the first N SemCor sentences")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.set_defaults(func=lambda args: _run_reporting("eval wsd", run_wsd, args))
 
@@ -310,7 +312,7 @@ def _register_sst(sub) -> None:
     p.add_argument("--data-dir", default=None, help="the SST trees folder (default: $ELMOKIT_SHARED/data/sst/trees)")
     p.add_argument("--tasks", default="sst5,sst2", help="comma-separated: sst5, sst2")
     p.add_argument("--variants", default="baseline,elmo", help="comma-separated: baseline (no ELMo), elmo")
-    p.add_argument("--max-train", type=int, default=None, help="use only the first N training trees")
+    p.add_argument("--max-train", type=positive_int, default=None, help="use only the first N training trees")
     p.add_argument("--cache-dir", default=None, help="keep the feature caches here (default: a temporary folder)")
     add_classifier_training_arguments(p)
     p.add_argument("--out", default=None, help="write the results as JSON here")

@@ -10,9 +10,11 @@ import argparse
 import importlib
 import sys
 
+from elmokit import __version__
+
 # Subcommand modules, in the order `elmokit --help` lists them.
-SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "perplexity", "static", "tag", "eval", "classify", "neighbors",
-                      "warm_state"]
+SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "perplexity", "static", "tag", "eval", "classify",
+                      "neighbors", "warm_state", "serve"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="elmokit",
         description="Deep contextualized word representations: embed, convert, train, evaluate.",
     )
+    parser.add_argument("--version", action="version", version=f"elmokit {__version__}", help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
         try:

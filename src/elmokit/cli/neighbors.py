@@ -21,7 +21,11 @@ from elmokit.cli.common import (
     add_speed_arguments,
     add_threads_argument,
     apply_threads,
+    counted,
     load_embedder,
+    non_negative_int,
+    number_list,
+    positive_int,
     run_reporting_errors,
 )
 
@@ -45,20 +49,21 @@ def register(subparsers) -> None:
                         help="UTF-8 text (plain, .xz, .gz, .bz2), one sentence per line; needed to build an index")
     corpus.add_argument("--index", default=None, metavar="DIR", help="query this index (from `elmokit neighbors index`)")
     corpus.add_argument("--out", default=None, metavar="DIR", help="`index`: the folder to write (replaced only on success)")
-    corpus.add_argument("--max-sentences", type=int, default=None, metavar="N", help="index only the first N sentences")
-    corpus.add_argument("--max-tokens", type=int, default=100, metavar="N",
+    corpus.add_argument("--max-sentences", type=positive_int, default=None, metavar="N", help="index only the first N sentences")
+    corpus.add_argument("--max-tokens", type=positive_int, default=100, metavar="N",
                         help="split corpus lines longer than N tokens into pieces (default 100)")
     corpus.add_argument("--dtype", choices=("float16", "float32"), default="float16",
                         help="stored vectors: float16 (default; half the size, cosines within ~1e-3) or float32")
     corpus.add_argument("--tokenizer", choices=("whitespace", "regex"), default="whitespace",
                         help="how the query sentence and the corpus lines are cut (regex: \\w+|[^\\w\\s])")
-    corpus.add_argument("--batch-size", type=int, default=64, help="sentences per batch when indexing (default 64)")
+    corpus.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch when indexing (default 64)")
     query = parser.add_argument_group("query")
-    query.add_argument("--layers", default=None, help="comma-separated layers to search (default: all)")
-    query.add_argument("--top", type=int, default=5, help="occurrences per layer (default 5)")
+    query.add_argument("--layers", type=number_list(non_negative_int), default=None,
+                       help="comma-separated layers to search (default: all)")
+    query.add_argument("--top", type=positive_int, default=5, help="occurrences per layer (default 5)")
     query.add_argument("--same-form", action="store_true", help="search only occurrences of the same word form")
-    query.add_argument("--context", type=int, default=15, metavar="N",
-                       help="show N tokens either side of each match (default 15; 0 or less: whole sentences)")
+    query.add_argument("--context", type=non_negative_int, default=15, metavar="N",
+                       help="show N tokens either side of each match (default 15; 0: whole sentences)")
     query.add_argument("--include-self", action="store_true",
                        help="keep the query's own occurrence when the corpus contains the query sentence")
     query.add_argument("--vectors", default=None, metavar="STATIC",
@@ -93,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
                       "max_tokens": args.max_tokens}
             index = NeighborIndex.build(rep, sentences, args.out, dtype=args.dtype, batch_sentences=args.batch_size,
                                         progress=sys.stderr.isatty(), source=source)
-            print(f"elmokit neighbors: indexed {len(index.sentences)} sentences, {len(index)} occurrences, "
+            print(f"elmokit neighbors: indexed {counted(len(index.sentences), 'sentence')}, "
+                  f"{counted(len(index), 'occurrence')}, "
                   f"{index.num_layers} layers of {index.dim} ({args.dtype}) with {rep.name} into {args.out}", file=sys.stderr)
             return 0
         if len(args.query) != 2:
@@ -103,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             word_index = int(args.query[1])
         except ValueError:
             raise NeighborIndexError(f"WORD_INDEX must be an integer, got {args.query[1]!r}") from None
-        layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+        layers = args.layers
         rep = load_embedder(args, batch_size=args.batch_size)
         if args.index is not None:
             if not Path(args.index).exists():

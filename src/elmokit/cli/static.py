@@ -13,8 +13,18 @@ import argparse
 import json
 import logging
 import shlex
+import signal
 import sys
 
+from elmokit.cli.common import (
+    Terminated,
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    signals_as_interrupts,
+)
 from elmokit.static.train import ALGOS, DEFAULTS
 
 
@@ -52,35 +62,36 @@ def _register_train(sub) -> None:
     t.add_argument("--keep-case", dest="lowercase", action="store_false", help="do not lowercase")
     t.add_argument("--pretokenized", action="store_true",
                    help="text already tokenised: whitespace split, case kept (the original tools' behaviour)")
-    t.add_argument("--limit-lines", type=int, default=None, help="use only the first N non-empty lines (quick trials)")
+    t.add_argument("--limit-lines", type=positive_int, default=None, help="use only the first N non-empty lines (quick trials)")
     g = p.add_argument_group("common (default: per algorithm, see below)")
-    g.add_argument("--dim", type=int, default=None, help="vector size")
-    g.add_argument("--window", type=int, default=None, help="context window (words each side)")
-    g.add_argument("--min-count", type=int, default=None, help="drop words seen fewer times")
-    g.add_argument("--max-vocab", type=int, default=None, help="keep at most this many most frequent words")
-    g.add_argument("--epochs", type=int, default=None, help="passes over the corpus (GloVe: over the nonzeros)")
-    g.add_argument("--alpha", type=float, default=None, help="initial learning rate")
-    g.add_argument("--seed", type=int, default=None, help="random seed (recorded)")
-    g.add_argument("--workers", type=int, default=None, help="threads (default 1: reproducible, and polite)")
+    g.add_argument("--dim", type=positive_int, default=None, help="vector size")
+    g.add_argument("--window", type=positive_int, default=None, help="context window (words each side)")
+    g.add_argument("--min-count", type=non_negative_int, default=None, help="drop words seen fewer times")
+    g.add_argument("--max-vocab", type=positive_int, default=None, help="keep at most this many most frequent words")
+    g.add_argument("--epochs", type=positive_int, default=None, help="passes over the corpus (GloVe: over the nonzeros)")
+    g.add_argument("--alpha", type=positive_float, default=None, help="initial learning rate")
+    g.add_argument("--seed", type=non_negative_int, default=None, help="random seed (recorded)")
+    g.add_argument("--workers", type=positive_int, default=None, help="threads (default 1: reproducible, and polite)")
     w = p.add_argument_group("word2vec / fastText / Doc2Vec")
     w.add_argument("--hs", action="store_true", default=None, help="hierarchical softmax (implies --negative 0 unless given)")
-    w.add_argument("--negative", type=int, default=None, help="negative samples (0: none)")
-    w.add_argument("--sample", type=float, default=None, help="sub-sampling threshold of frequent words")
-    w.add_argument("--min-n", type=int, default=None, help="fastText: shortest character n-gram")
-    w.add_argument("--max-n", type=int, default=None, help="fastText: longest character n-gram")
-    w.add_argument("--bucket", type=int, default=None, help="fastText: hash buckets for n-grams")
+    w.add_argument("--negative", type=non_negative_int, default=None, help="negative samples (0: none)")
+    w.add_argument("--sample", type=non_negative_float, default=None, help="sub-sampling threshold of frequent words")
+    w.add_argument("--min-n", type=positive_int, default=None, help="fastText: shortest character n-gram")
+    w.add_argument("--max-n", type=non_negative_int, default=None, help="fastText: longest character n-gram")
+    w.add_argument("--bucket", type=positive_int, default=None, help="fastText: hash buckets for n-grams")
     w.add_argument("--ft-model", choices=("skipgram", "cbow"), default=None, help="fastText: architecture")
     w.add_argument("--mode", choices=("dm", "dbow"), default=None, help="Doc2Vec: PV-DM (default) or PV-DBOW")
     w.add_argument("--no-dbow-words", action="store_true", help="Doc2Vec PV-DBOW: do not train word vectors")
     c = p.add_argument_group("GloVe / LSA")
-    c.add_argument("--x-max", type=float, default=None, help="GloVe: weighting cutoff x_max")
-    c.add_argument("--weight-alpha", type=float, default=None, help="GloVe: weighting exponent alpha")
-    c.add_argument("--batch-size", type=int, default=None, help="GloVe: nonzeros per AdaGrad minibatch")
+    c.add_argument("--x-max", type=positive_float, default=None, help="GloVe: weighting cutoff x_max")
+    c.add_argument("--weight-alpha", type=non_negative_float, default=None, help="GloVe: weighting exponent alpha")
+    c.add_argument("--batch-size", type=positive_int, default=None, help="GloVe: nonzeros per AdaGrad minibatch")
     c.add_argument("--weighting", choices=("ppmi", "log", "counts"), default=None, help="LSA: matrix to factorise")
-    c.add_argument("--cds", type=float, default=None, help="LSA: context-distribution smoothing exponent")
-    c.add_argument("--eig-power", type=float, default=None, help="LSA: vectors are U S^p")
-    c.add_argument("--max-pairs-in-memory", type=int, default=None, help="co-occurrence nonzeros held before spilling to disk")
-    c.add_argument("--chunk-tokens", type=int, default=None, help="co-occurrence: tokens windowed per chunk")
+    c.add_argument("--cds", type=positive_float, default=None, help="LSA: context-distribution smoothing exponent")
+    c.add_argument("--eig-power", type=finite_float, default=None, help="LSA: vectors are U S^p")
+    c.add_argument("--max-pairs-in-memory", type=positive_int, default=None,
+                   help="co-occurrence nonzeros held before spilling to disk")
+    c.add_argument("--chunk-tokens", type=positive_int, default=None, help="co-occurrence: tokens windowed per chunk")
     p.add_argument("--quiet", action="store_true", help="only warnings on stderr")
     p.set_defaults(func=run_train)
 
@@ -89,8 +100,18 @@ def _register_neighbors(sub) -> None:
     p = sub.add_parser("neighbors", help="print the nearest words of some words")
     p.add_argument("--vectors", required=True, help="run folder or vector file")
     p.add_argument("words", nargs="+", help="query words")
-    p.add_argument("--topn", type=int, default=10, help="neighbours per word")
-    p.set_defaults(func=run_neighbors)
+    p.add_argument("--topn", type=positive_int, default=10, help="neighbours per word")
+    p.set_defaults(func=lambda args: _reporting("static neighbors", run_neighbors, args))
+
+
+def _reporting(command: str, func, args: argparse.Namespace) -> int:
+    from elmokit.cli.common import run_reporting_errors
+
+    try:
+        return run_reporting_errors(command, func, args)
+    except ValueError as error:  # a malformed vector file: the message names it
+        print(f"elmokit {command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 def _config_from_args(args: argparse.Namespace):
@@ -135,11 +156,16 @@ def run_train(args: argparse.Namespace) -> int:
     # Recorded as the equivalent `elmokit ...` command line, however the CLI was started.
     command = shlex.join(["elmokit"] + (getattr(args, "argv", None) or sys.argv[1:]))
     try:
-        table = train_static(config, corpus, args.out, command=command,
-                             force=args.force, progress=not args.quiet)
+        with signals_as_interrupts():  # SIGTERM/SIGHUP clean up like Ctrl-C
+            table = train_static(config, corpus, args.out, command=command,
+                                 force=args.force, progress=not args.quiet)
     except (FileExistsError, CorpusError, ValueError) as error:
         print(f"elmokit static train: error: {error}", file=sys.stderr)
         return 2
+    except Terminated as stop:
+        print(f"elmokit static train: stopped by {signal.Signals(stop.signum).name}; nothing was written to the output",
+              file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("elmokit static train: interrupted; nothing was written to the output", file=sys.stderr)
         return 130

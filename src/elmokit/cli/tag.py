@@ -22,7 +22,14 @@ from elmokit.cli.arguments import (
     tagger_config_changes,
     tagger_train_options,
 )
-from elmokit.cli.common import add_threads_argument, apply_threads, load_representation, run_reporting_errors
+from elmokit.cli.common import (
+    add_threads_argument,
+    apply_threads,
+    counted,
+    load_representation,
+    positive_int,
+    run_reporting_errors,
+)
 
 
 def register(subparsers) -> None:
@@ -115,7 +122,7 @@ def _register_predict(sub) -> None:
                    help="text: one whitespace-tokenised sentence per line (default); conll/conllu: labelled files")
     p.add_argument("--token-prefix", default="", help="strip this prefix from tokens (conll)")
     p.add_argument("--out", required=True, help="output file (written atomically)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch")
     add_threads_argument(p)
     p.set_defaults(func=lambda args: run_reporting_errors("tag predict", _predict, args))
 
@@ -138,7 +145,7 @@ def _predict(args: argparse.Namespace) -> int:
         return 2
     predictions = tagger.predict(sentences, batch_size=args.batch_size)
     write_conll(args.out, sentences, predictions)
-    print(f"{len(sentences)} sentences tagged, written to {args.out}")
+    print(f"{counted(len(sentences), 'sentence')} tagged, written to {args.out}")
     if gold is not None:
         result = score(gold.labels, predictions, tagger.config.task)
         name = "span F1 (seqeval strict, IOB2)" if tagger.config.task == "ner" else "token accuracy"

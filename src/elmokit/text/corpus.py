@@ -117,6 +117,11 @@ def expand_patterns(patterns: str | Sequence[str]) -> list[Path]:
         pattern = os.fspath(pattern)
         matched = sorted(globlib.glob(os.path.expanduser(pattern), recursive=True))
         matched = [m for m in matched if os.path.isfile(m)]
+        if not matched and os.path.isdir(os.path.expanduser(pattern)):
+            raise CorpusError(
+                f"corpus {pattern!r} is a directory, not a file; fix: give the files in it, e.g. "
+                f"'{os.path.join(pattern, '*.txt')}' (quoted)"
+            )
         if not matched:
             raise CorpusError(
                 f"corpus pattern {pattern!r} matches no file (fix: check the path, and quote the glob "
@@ -155,6 +160,10 @@ class Corpus:
         progress: bool = False,
         limit_lines: int | None = None,
     ) -> None:
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 (or None: no limit), got {max_tokens}")
+        if limit_lines is not None and limit_lines < 0:
+            raise ValueError(f"limit_lines must be >= 0 (or None: all), got {limit_lines}")
         self.patterns = [os.fspath(patterns)] if isinstance(patterns, (str, os.PathLike)) else [os.fspath(p) for p in patterns]
         self.files = expand_patterns(self.patterns)
         self.tokenizer = tokenizer or Tokenizer()
