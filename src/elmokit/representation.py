@@ -110,8 +110,28 @@ class StaticTable:
         return StaticVectors.load(spec["path"])
 
 
+class TransformerFolder:
+    """A transformers model folder (config.json, weights, fast tokenizer): one vector per word per layer.
+
+    ``pooling`` ("mean" default, "first", "last") pools a word's subword vectors. Sentences run one at a
+    time, so a batch embeds bit-identically to its sentences alone: ``batch_size`` and
+    ``token_cache_size`` do not apply; bf16 and stateful are errors."""
+
+    kind = "transformer"
+    fields = ("path", "pooling")
+    path_fields = ("path",)
+
+    @staticmethod
+    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
+        from elmokit.pretraining.representation import TransformerRepresentation
+
+        if options.get("stateful") or options.get("precision", "fp32") != "fp32":
+            raise RepresentationError(f"{spec['path']}: a transformer representation has no stateful or bf16 mode")
+        return TransformerRepresentation.load(spec["path"], pooling=spec.get("pooling", "mean"))
+
+
 # kind -> the class that loads it. One entry per kind of representation.
-REPRESENTATION_KINDS: dict[str, Any] = {k.kind: k for k in (ElmoModel, ElmoOriginalFiles, StaticTable)}
+REPRESENTATION_KINDS: dict[str, Any] = {k.kind: k for k in (ElmoModel, ElmoOriginalFiles, StaticTable, TransformerFolder)}
 # Options a caller may pass to load_representation; each kind uses the ones that apply to it.
 ELMO_OPTIONS = ("batch_size", "precision", "token_cache_size", "stateful")
 

@@ -1,0 +1,117 @@
+"""A saved transformers folder as a Representation: round trip, shapes, word pooling against the
+library's own hidden states averaged by hand, batch invariance, fingerprints; and the presets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pretraining_testkit import need_transformers
+
+need_transformers()
+
+import torch  # noqa: E402
+
+from elmokit.pretraining.models import FAMILIES, build_model, non_embedding_parameters, preset  # noqa: E402
+from elmokit.pretraining.representation import TransformerRepresentation  # noqa: E402
+from elmokit.pretraining.tokenizers import train_byte_bpe  # noqa: E402
+from elmokit.representation import fingerprint, load_representation  # noqa: E402
+
+SENTENCES = [["the", "cats", "sat", "on", "a", "mat", "."], ["unbelievable", "!"], ["a", "doggy"], [], ["x"] * 9]
+# pieces by hand (HAND_VOCAB, with [CLS] at 0): cats = cat ##s, unbelievable = un ##believ ##able, doggy = dog ##gy
+HAND_PIECES = [[[1], [2, 3], [4], [5], [6], [7], [8]], [[1, 2, 3], [4]], [[1], [2, 3]], [], [[i] for i in range(1, 10)]]
+
+
+@pytest.fixture(scope="module")
+def bert_folder(tmp_path_factory, hand_tokenizer):
+    folder = tmp_path_factory.mktemp("bert")
+    model = build_model("bert", preset("tiny", max_positions=16), vocab_size=len(hand_tokenizer), seed=3)
+    model.save_pretrained(str(folder))
+    hand_tokenizer.save_pretrained(str(folder))
+    return folder, model.eval()
+
+
+def test_a_saved_bert_folder_embeds_each_word_as_the_mean_of_its_pieces(bert_folder, hand_tokenizer):
+    folder, model = bert_folder
+    rep = load_representation({"kind": "transformer", "path": str(folder)})
+    assert isinstance(rep, TransformerRepresentation)
+    assert (rep.num_layers, rep.dim) == (3, 32)
+    arrays = rep.embed(SENTENCES)
+    for words, pieces, array in zip(SENTENCES, HAND_PIECES, arrays):
+        assert array.shape == (3, len(words), 32) and array.dtype == np.float32
+        if not words:
+            continue
+        ids = hand_tokenizer(words, is_split_into_words=True, return_tensors="pt")["input_ids"]
+        with torch.no_grad():  # the oracle: the original (unsaved) model's own hidden states
+            hidden = torch.stack(model.bert(input_ids=ids, output_hidden_states=True).hidden_states)[:, 0].numpy()
+        expected = np.stack([hidden[:, p].mean(axis=1) for p in pieces], axis=1)
+        np.testing.assert_allclose(array, expected, rtol=1e-5, atol=1e-6)
+    first = load_representation({"kind": "transformer", "path": str(folder), "pooling": "first"}).embed(SENTENCES[1:2])[0]
+    last = TransformerRepresentation.load(folder, pooling="last").embed(SENTENCES[1:2])[0]
+    mean = arrays[1]
+    assert np.array_equal(first[:, 1], last[:, 1]) and np.array_equal(first[:, 1], mean[:, 1])  # "!" is one piece
+    assert not np.allclose(first[:, 0], last[:, 0])  # "unbelievable": un ... ##able
+
+
+def test_a_batch_embeds_exactly_like_its_sentences_one_by_one(bert_folder):
+    rep = TransformerRepresentation.load(bert_folder[0])
+    alone = [rep.embed([s])[0] for s in SENTENCES]
+    for order in ([0, 1, 2, 3, 4], [4, 2, 0, 3, 1]):
+        for index, array in zip(order, rep.embed([SENTENCES[i] for i in order])):
+            assert np.array_equal(array, alone[index])
+    bucketed = TransformerRepresentation.load(bert_folder[0], batch_size=4).embed(SENTENCES + [["a", "mat"], ["a", "cats"]])
+    for array, expected in zip(bucketed, alone):
+        np.testing.assert_allclose(array, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fingerprint_follows_weights_tokenizer_and_pooling(bert_folder, tmp_path):
+    folder, model = bert_folder
+    a, b = TransformerRepresentation.load(folder), TransformerRepresentation.load(folder)
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(TransformerRepresentation.load(folder, pooling="first")) != fingerprint(a)
+    changed = build_model("bert", preset("tiny", max_positions=16), vocab_size=model.config.vocab_size, seed=4)
+    changed.save_pretrained(str(tmp_path))
+    a.tokenizer.save_pretrained(str(tmp_path))
+    assert fingerprint(TransformerRepresentation.load(tmp_path)) != fingerprint(a)
+
+
+def test_errors_name_the_problem(bert_folder, tmp_path):
+    rep = TransformerRepresentation.load(bert_folder[0])
+    with pytest.raises(ValueError, match="sentence 0 .* 16 positions"):
+        rep.embed([["x"] * 15])
+    with pytest.raises(TypeError, match="tokenised"):
+        rep.embed(["the cat"])
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_representation({"kind": "transformer", "path": str(tmp_path)})
+    with pytest.raises(Exception, match="bf16"):
+        load_representation({"kind": "transformer", "path": str(bert_folder[0])}, precision="bf16")
+
+
+def test_a_gpt2_folder_with_byte_bpe_is_a_representation(tmp_path):
+    tokenizer = train_byte_bpe(["the cat sat on the mat", "a dog ran far away"] * 10, vocab_size=280, min_frequency=1,
+                               template="gpt2")
+    model = build_model("gpt2", preset("tiny", max_positions=32), vocab_size=len(tokenizer))
+    model.save_pretrained(str(tmp_path))
+    tokenizer.save_pretrained(str(tmp_path))
+    rep = load_representation({"kind": "transformer", "path": str(tmp_path)})
+    arrays = rep.embed([["the", "cat"], ["Zebras", "ran", "🦓"]])
+    assert [a.shape for a in arrays] == [(3, 2, 32), (3, 3, 32)]
+    assert np.array_equal(arrays[0], rep.embed([["the", "cat"]])[0])
+
+
+def test_every_family_builds_at_tiny_and_runs_a_batch_of_three_by_seven():
+    ids = torch.randint(5, 97, (3, 7))
+    for family in FAMILIES:
+        model = build_model(family, "tiny", vocab_size=97, seed=0).eval()
+        again = build_model(family, "tiny", vocab_size=97, seed=0)
+        assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters()))
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits if family != "bert" else model(input_ids=ids).prediction_logits
+        assert logits.shape == (3, 7, 97), family
+    assert type(build_model("gpt", "tiny", vocab_size=97)).__name__ == "OpenAIGPTLMHeadModel"
+
+
+def test_the_small_preset_is_about_three_million_non_embedding_parameters():
+    model = build_model("bert-mlm", "small", vocab_size=300)
+    H, I, L = 256, 1024, 4
+    per_layer = 4 * (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H  # attention, 2 LayerNorms, feed-forward
+    assert non_embedding_parameters(model.base_model) == L * per_layer == 3_159_040
