@@ -1,0 +1,117 @@
+"""`elmokit serve`: an HTTP embedding service over one model (FastAPI + uvicorn).
+
+    elmokit serve --model default --port 8080
+    elmokit serve --model runs/lm --max-batch-tokens 8192 --api-key "$KEY"
+    elmokit serve --vectors glove.6B.100d.txt
+
+Routes, limits and errors: docs/serve.md (and /docs, /openapi.json on the running server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from elmokit.cli.common import (
+    USER_ERRORS,
+    add_model_arguments,
+    add_speed_arguments,
+    add_threads_argument,
+    apply_threads,
+    load_representation,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a model over HTTP (text-embeddings-inference and OpenAI-compatible routes)",
+        description="Serve one model over HTTP: TEI's /embed, /embed_all, /tokenize, /health, /info, /metrics, the "
+        "OpenAI-compatible /v1/embeddings and elmokit's per-layer /v1/elmo; the schema at /openapi.json. Concurrent "
+        "requests are batched (each client's vectors are exactly those of its input alone). Binds to 127.0.0.1 unless "
+        "--host says otherwise. SIGTERM or Ctrl-C finishes the accepted requests, then stops. See docs/serve.md.",
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--vectors", default=None, metavar="FILE",
+                        help="serve a static table instead (run folder of `elmokit static train`, or a word2vec/GloVe file)")
+    net = parser.add_argument_group("network")
+    net.add_argument("--host", default="127.0.0.1",
+                     help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
+    net.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    net.add_argument("--api-key", default=None, metavar="KEY",
+                     help="require `Authorization: Bearer KEY` on every route but /health (default: $ELMOKIT_API_KEY "
+                     "if set, else no key)")
+    net.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info",
+                     help="uvicorn's log level (default info)")
+    net.add_argument("--access-log", action="store_true", help="log every request")
+    limits = parser.add_argument_group("batching and limits")
+    limits.add_argument("--max-batch-tokens", type=positive_int, default=4096, metavar="N",
+                        help="tokens per batch the worker gathers from concurrent requests (default 4096)")
+    limits.add_argument("--max-wait-ms", type=non_negative_float, default=5.0, metavar="MS",
+                        help="how long a request waits for others to share its batch (default 5)")
+    limits.add_argument("--max-queue", type=positive_int, default=256, metavar="N",
+                        help="requests that may wait; beyond, 429 with Retry-After (default 256)")
+    limits.add_argument("--max-inputs", type=positive_int, default=64, metavar="N",
+                        help="texts per request; beyond, 422 (default 64)")
+    limits.add_argument("--max-input-tokens", type=positive_int, default=512, metavar="N",
+                        help="tokens per text; beyond, 422 unless the request asks to truncate (default 512)")
+    limits.add_argument("--max-body-bytes", type=positive_int, default=2_000_000, metavar="N",
+                        help="request body size; beyond, 413 (default 2000000)")
+    limits.add_argument("--request-timeout-s", type=positive_float, default=30.0, metavar="S",
+                        help="a request not answered by then gets 504 (default 30)")
+    limits.add_argument("--shutdown-timeout-s", type=non_negative_float, default=30.0, metavar="S",
+                        help="on SIGTERM, how long accepted requests may take to finish (default 30)")
+    limits.add_argument("--tokenizer", choices=("whitespace", "regex"), default="whitespace",
+                        help="how raw text is cut into tokens: whitespace (as `elmokit embed` reads lines; default) "
+                        "or regex (\\w+|[^\\w\\s])")
+    parser.add_argument("--batch-size", type=positive_int, default=64,
+                        help="sentences per biLM call inside a batch (default 64)")
+    add_speed_arguments(parser)
+    add_threads_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        from elmokit.serve.app import create_app
+        from elmokit.serve.config import ServeConfig
+        from elmokit.serve.server import bind, serve
+    except ModuleNotFoundError as error:
+        print(f"elmokit serve: error: {error.name} is not installed; pip install 'elmokit[serve]'", file=sys.stderr)
+        return 2
+    api_key = args.api_key if args.api_key is not None else os.environ.get("ELMOKIT_API_KEY") or None
+    if not 0 <= args.port <= 65535:
+        print(f"elmokit serve: error: --port {args.port} is not a port (0..65535)", file=sys.stderr)
+        return 2
+    try:
+        config = ServeConfig(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                             max_inputs=args.max_inputs, max_input_tokens=args.max_input_tokens,
+                             max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s, api_key=api_key,
+                             tokenizer=args.tokenizer, shutdown_timeout_s=args.shutdown_timeout_s)
+        apply_threads(args)
+        representation, spec = load_representation(args, batch_size=args.batch_size)
+    except (*USER_ERRORS, ValueError) as error:
+        print(f"elmokit serve: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as error:  # the port is taken, the address is not this machine's
+        print(f"elmokit serve: error: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        return 2
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    app = create_app(representation, config, spec=spec)
+    print(f"elmokit serve: model={representation.name} layers={representation.num_layers} dim={representation.dim} "
+          f"precision={args.precision} tokenizer={args.tokenizer} api_key={'required' if api_key else 'none'}; "
+          f"listening on {url} (docs at {url}/docs)", file=sys.stderr, flush=True)
+    stopped_by = serve(app, host=args.host, port=port, config=config, log_level=args.log_level,
+                       access_log=args.access_log, sock=sock)
+    if stopped_by:
+        print(f"elmokit serve: stopped by {stopped_by} after finishing the accepted requests", file=sys.stderr)
+    return 0

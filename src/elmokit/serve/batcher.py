@@ -1,0 +1,212 @@
+"""Dynamic batching: one worker thread gathers concurrent requests into one ``representation.embed`` call.
+
+Each request is a list of tokenised sentences. ``Batcher.submit`` puts it in a bounded queue and
+returns a ``concurrent.futures.Future`` of its arrays; the worker takes the oldest request, waits
+up to ``max_wait_ms`` for more to arrive (or until ``max_batch_tokens`` are waiting), embeds the
+requests it took in one call and hands each request its own arrays back.
+
+Why batching cannot change a client's numbers: ``Embedder`` starts every sentence from the same
+state and never lets padding reach a real position, so a sentence's vectors are bit-identical in
+any batch (tests/serve prove it under concurrency). A stateful representation would break that,
+so ``Batcher`` refuses one.
+
+Backpressure: at most ``max_queue`` requests wait; one more raises ``QueueFull`` (the server
+answers 429 with ``Retry-After``), so the backlog is bounded. ``close()`` refuses new requests
+(``ShuttingDown``, 503) and lets the worker finish every request already accepted.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+class QueueFull(RuntimeError):
+    """The bounded queue is full; ``retry_after`` is a whole number of seconds to wait."""
+
+    def __init__(self, limit: int, retry_after: int) -> None:
+        super().__init__(f"the request queue is full ({limit} requests waiting, --max-queue {limit}); "
+                         f"retry after {retry_after} s")
+        self.limit = limit
+        self.retry_after = retry_after
+
+
+class ShuttingDown(RuntimeError):
+    """The server is stopping: accepted requests finish, new ones are refused."""
+
+
+@dataclass
+class _Job:
+    sentences: list[list[str]]
+    future: Future
+    tokens: int
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+# Called once per batch by the worker: (sentences, tokens, seconds in embed).
+BatchHook = Callable[[int, int, float], None]
+
+
+class Batcher:
+    """Gathers requests into batches for one representation, run by one worker thread.
+
+    Args:
+        representation: anything with ``embed(sentences) -> list[np.ndarray]`` (not stateful).
+        max_batch_tokens: a batch takes requests while their tokens fit (it always takes one).
+        max_wait_ms: how long the oldest request waits for company before its batch runs.
+        max_queue: at most this many requests wait; one more raises ``QueueFull``.
+        on_batch: called after each batch with (sentences, tokens, seconds).
+    """
+
+    def __init__(self, representation, *, max_batch_tokens: int = 4096, max_wait_ms: float = 5.0,
+                 max_queue: int = 256, on_batch: BatchHook | None = None) -> None:
+        if getattr(representation, "stateful", False):
+            raise ValueError("a stateful representation cannot serve requests: its vectors would depend on the "
+                             "batch; load it without stateful=True")
+        if max_batch_tokens < 1 or max_queue < 1 or max_wait_ms < 0:
+            raise ValueError(f"need max_batch_tokens >= 1, max_queue >= 1, max_wait_ms >= 0; got {max_batch_tokens}, "
+                             f"{max_queue}, {max_wait_ms}")
+        self.representation = representation
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._queued_tokens = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._busy = False
+        self.accepted = 0  # requests accepted since the start
+        self._seconds_per_token = 0.0  # running estimate, for Retry-After
+        self._thread = threading.Thread(target=self._run, name="elmokit-serve-batcher", daemon=True)
+        self._started = False
+
+    # ---- the client side (any thread)
+
+    def start(self) -> Batcher:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        return self
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting (not yet taken by the worker)."""
+        return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """The worker is inside ``representation.embed``."""
+        return self._busy
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def alive(self) -> bool:
+        """The worker thread is running (False before ``start`` and after ``close``)."""
+        return self._thread.is_alive()
+
+    def submit(self, sentences: Sequence[Sequence[str]]) -> Future:
+        """A Future of one float32 array (num_layers, n_tokens, dim) per sentence.
+
+        Raises ``QueueFull`` when ``max_queue`` requests already wait, ``ShuttingDown`` after ``close``.
+        Cancelling the Future before the worker takes it drops the request from its batch."""
+        job = _Job([list(s) for s in sentences], Future(), sum(len(s) for s in sentences))
+        with self._cond:
+            if self._closed:
+                raise ShuttingDown("the server is shutting down and accepts no new requests")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(self.max_queue, self._retry_after())
+            self._queue.append(job)
+            self._queued_tokens += job.tokens
+            self.accepted += 1
+            self._cond.notify_all()
+        return job.future
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Refuse new requests, finish the accepted ones, stop the worker. True when it stopped in time."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._started:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        for job in self._queue:  # never started: nothing will run them
+            job.future.cancel()
+        return True
+
+    def _retry_after(self) -> int:
+        """Seconds until the queue has likely moved on: its tokens at the measured speed, at least 1."""
+        return max(1, math.ceil(self._queued_tokens * self._seconds_per_token))
+
+    # ---- the worker
+
+    def _take_batch(self) -> list[_Job] | None:
+        """The next batch (None when closed and drained): the oldest request, plus those that fit in
+        ``max_batch_tokens`` and arrive within ``max_wait`` of the oldest one's arrival."""
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            deadline = self._queue[0].queued_at + self.max_wait_s
+            while not self._closed and self._queued_tokens < self.max_batch_tokens:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            batch, tokens = [], 0
+            while self._queue and (not batch or tokens + self._queue[0].tokens <= self.max_batch_tokens):
+                job = self._queue.popleft()
+                self._queued_tokens -= job.tokens
+                tokens += job.tokens
+                batch.append(job)
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            jobs = [job for job in batch if job.future.set_running_or_notify_cancel()]  # drop timed-out ones
+            if not jobs:
+                continue
+            sentences = [s for job in jobs for s in job.sentences]
+            tokens = sum(job.tokens for job in jobs)
+            started = time.perf_counter()
+            self._busy = True
+            try:
+                arrays = self.representation.embed(sentences)
+            except BaseException as error:  # noqa: BLE001 - every waiting client must hear of it
+                logger.exception("elmokit serve: embedding a batch of %d sentences failed", len(sentences))
+                for job in jobs:
+                    job.future.set_exception(error)
+                continue
+            finally:
+                self._busy = False
+            seconds = time.perf_counter() - started
+            if tokens:
+                self._seconds_per_token = 0.8 * self._seconds_per_token + 0.2 * (seconds / tokens) \
+                    if self._seconds_per_token else seconds / tokens
+            start = 0
+            for job in jobs:
+                count = len(job.sentences)
+                job.future.set_result([np.asarray(a) for a in arrays[start:start + count]])
+                start += count
+            if self.on_batch is not None:
+                try:
+                    self.on_batch(len(sentences), tokens, seconds)
+                except Exception:  # metrics must never stop the worker
+                    logger.exception("elmokit serve: the batch hook failed")

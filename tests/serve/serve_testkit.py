@@ -1,0 +1,126 @@
+"""Helpers for the server tests: a tiny random ELMo model folder, a real uvicorn server on a free
+127.0.0.1 port in a thread, and a representation whose batches can be held at a gate."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from testkit import random_tf_weights, tiny_options, write_original_files
+
+from elmokit.serve.app import create_app
+from elmokit.serve.config import ServeConfig
+from elmokit.serve.server import uvicorn_server
+
+WORDS = ["the", "bank", "river", "loan", "a", "play", "Chico", "Ruiz", "made", "spectacular", "on", "'s", ".", ",",
+         "grounder", "über", "naïve", "x", "IBM", "2018"]
+
+
+def tiny_model_dir(folder: Path) -> Path:
+    """A folder with options.json + weights.hdf5 of a random tiny biLM (3 layers of 10)."""
+    options = tiny_options()
+    write_original_files(folder, options, random_tf_weights(options, seed=5))
+    return folder
+
+
+def random_texts(n: int, seed: int, *, max_len: int = 9) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(1, max_len + 1)))) for _ in range(n)]
+
+
+class Gated:
+    """Delegates to ``representation`` but holds every ``embed`` call until ``release`` is set;
+    ``entered`` is set when the worker is inside. Records each call's number of sentences."""
+
+    def __init__(self, representation) -> None:
+        self.inner = representation
+        self.name, self.num_layers, self.dim = representation.name, representation.num_layers, representation.dim
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.calls: list[int] = []
+
+    def embed(self, sentences):
+        self.entered.set()
+        assert self.release.wait(20), "the test never released the gate"
+        self.calls.append(len(sentences))
+        return self.inner.embed(sentences)
+
+
+class Recording:
+    """Delegates to ``representation`` and records the sentences of each batch."""
+
+    def __init__(self, representation) -> None:
+        self.inner = representation
+        self.name, self.num_layers, self.dim = representation.name, representation.num_layers, representation.dim
+        self.batches: list[int] = []
+
+    def embed(self, sentences):
+        self.batches.append(len(sentences))
+        return self.inner.embed(sentences)
+
+
+class Running:
+    """A real uvicorn server in a thread: ``url``, ``client`` (httpx), ``app``, ``stop()``."""
+
+    def __init__(self, app, config: ServeConfig) -> None:
+        self.app = app
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn_server(app, config=config, log_level="warning")
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.005)
+        self.client = httpx.Client(base_url=self.url, timeout=20)
+
+    def stop(self, wait: bool = True) -> None:
+        """Ask the server to stop (what SIGTERM does); ``wait``: until it has (about 0.2 s: uvicorn
+        looks every 0.1 s). Not waiting leaves it to ``join_stopping`` at the session's end."""
+        self.client.close()
+        self.server.should_exit = True
+        if wait:
+            self.thread.join(20)
+        else:
+            STOPPING.append(self.thread)
+
+
+STOPPING: list[threading.Thread] = []
+
+
+def join_stopping() -> None:
+    while STOPPING:
+        thread = STOPPING.pop()
+        thread.join(20)
+        assert not thread.is_alive(), "a test server did not stop"
+
+
+@contextlib.contextmanager
+def running(representation, config: ServeConfig | None = None, **create_options):
+    server = Running(create_app(representation, config or ServeConfig(), **create_options), config or ServeConfig())
+    try:
+        yield server
+    finally:
+        server.stop(wait=False)  # its port is its own: the next test need not wait for it
+
+
+def floats(data) -> np.ndarray:
+    """JSON numbers back to float32 (exact: the server writes float32 values as shortest round-trip doubles)."""
+    return np.asarray(data, dtype=np.float32)
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line ``name value`` in Prometheus text (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
