@@ -36,7 +36,8 @@ def all_lines(paths):
     return out
 
 
-def epoch(stream, start=Position()):
+def epoch(stream, start=None):
+    start = Position() if start is None else start
     return [(s, pos) for s, pos in islice(stream(start), 7 + 9 + 11)]
 
 
@@ -57,7 +58,7 @@ def test_shuffle_is_bounded_by_the_buffer_and_the_shard(shards):
     stream = SentenceStream(str(root / "part*"), shuffle_buffer=3, seed=0)
     items = epoch(stream)
     order = stream.shard_order(0)
-    for index, (sentence, pos) in enumerate(items):
+    for sentence, pos in items:
         shard_lines = all_lines([order[pos.shard]])
         assert sentence in shard_lines, "sentences never cross shards"
         # with a buffer of 3, the k-th sentence out of a shard is among its first k + 3 lines

@@ -7,10 +7,10 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
+from train_helpers import ddp_worker, run_tiny, tiny_vocab
 
 from elmokit.bilm import PRESETS
 from elmokit.training.trainer import read_metrics
-from train_helpers import ddp_worker, run_tiny, tiny_vocab
 
 
 def test_two_processes_match_one_process_on_the_same_global_batch(tmp_path, monkeypatch):

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from train_helpers import GOLDEN_CURVE, GOLDEN_TRAINING, TINY_CORPUS, run_tiny, tiny_vocab
 
-from elmokit.formats import load_bilm, load_original
 from elmokit.cli.main import main
 from elmokit.evaluation.perplexity import perplexity
+from elmokit.formats import load_bilm, load_original
 from elmokit.text.chars import batch_to_ids
 from elmokit.text.corpus import Corpus
 from elmokit.training.lm import LanguageModel
 from elmokit.training.trainer import read_metrics
-from train_helpers import GOLDEN_CURVE, GOLDEN_TRAINING, TINY_CORPUS, run_tiny, tiny_vocab
 
 REPO = TINY_CORPUS.parents[2]
 
@@ -117,7 +117,8 @@ def test_run_folder_records_everything(tmp_path):
 def test_export_native_and_original_give_identical_outputs(tmp_path):
     result = run_tiny(tmp_path / "run", max_steps=5)
     model_dir = result.model_dir
-    assert {p.name for p in model_dir.iterdir()} >= {"config.json", "model.safetensors", "lm.safetensors", "vocab.txt", "README.md"}
+    expected = {"config.json", "model.safetensors", "lm.safetensors", "vocab.txt", "README.md"}
+    assert {p.name for p in model_dir.iterdir()} >= expected
     lm, vocab, info = LanguageModel.load(model_dir)
     inference = load_bilm(model_dir)  # ignores the LM head files
     assert main(["convert", str(model_dir), str(tmp_path / "original")]) == 0

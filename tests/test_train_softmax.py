@@ -44,7 +44,7 @@ def test_number_of_tries_is_the_draw_that_completed_the_set():
     ids, tries = sample_log_uniform(V, S, np.random.default_rng(7))
     u = np.random.default_rng(7).random(4096)  # the code draws chunks of max(S, 1024) from the same stream
     seen, order = set(), []
-    for n, value in enumerate(u, 1):
+    for n, value in enumerate(u, 1):  # noqa: B007 - n (the draws it took) is read after the loop
         k = min(max(int(math.exp(value * math.log(V + 1))) - 1, 0), V - 1)
         if k not in seen:
             seen.add(k)

@@ -68,7 +68,8 @@ def test_bilm_tf_fixture_vocabulary_loads():
 def test_tokenizer_hook_from_the_command_line(tmp_path, capsys):
     corpus = write(tmp_path, 'a "b c" a\n')
     out = tmp_path / "v.txt"
-    assert main(["vocab", "--corpus", str(corpus), "--out", str(out), "--tokenizer", "hook", "--tokenizer-hook", "shlex:split"]) == 0
+    hook = ["--tokenizer", "hook", "--tokenizer-hook", "shlex:split"]
+    assert main(["vocab", "--corpus", str(corpus), "--out", str(out), *hook]) == 0
     assert Vocabulary.load(out).tokens[3:] == ("a", "b c")  # one token per line, inner spaces allowed
     assert main(["vocab", "--corpus", str(corpus), "--out", str(out), "--tokenizer-hook", "nowhere:f"]) == 2
     assert "cannot be imported" in capsys.readouterr().err

@@ -70,5 +70,6 @@ def ddp_worker(rank: int, world_size: int, init_method: str, run_dir: str, model
 
     torch.set_num_threads(1)
     train(Path(run_dir), corpus=str(TINY_CORPUS), vocab=tiny_vocab(Path(run_dir).parent),
-          model_config=BiLMConfig.from_dict(model_dict), training=GOLDEN_TRAINING.replace(**changes), command="ddp test", progress=False,
+          model_config=BiLMConfig.from_dict(model_dict), training=GOLDEN_TRAINING.replace(**changes), command="ddp test",
+          progress=False,
           context=DistributedContext(rank, world_size, rank), init_method=init_method, dist_timeout_s=60, device="cpu")

@@ -1,4 +1,5 @@
-"""The tokenizer flags shared by `vocab`, `train` and `perplexity` (not a subcommand)."""
+"""The tokenizer flags shared by `vocab`, `train` and `perplexity`, and their error reporting
+(not a subcommand)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,36 @@ def add_tokenizer_arguments(parser: argparse.ArgumentParser, *, default_help: st
         "--tokenizer", choices=("whitespace", "regex", "hook"), default=None,
         help=f"whitespace (str.split), regex (\\w+|[^\\w\\s]) or hook (--tokenizer-hook) (default: {default_help})",
     )
-    group.add_argument("--tokenizer-hook", default=None, help="'package.module:function' mapping a line to a list of tokens")
-    group.add_argument("--lowercase", action="store_true", default=None, help="lowercase lines before tokenising")
+    group.add_argument("--tokenizer-hook", default=None,
+                       help="'package.module:function' mapping a line to a list of tokens (default: none)")
+    group.add_argument("--lowercase", action="store_true", default=None, help="lowercase lines before tokenising (default: off)")
+
+
+def tokenizer_changes_from_args(args: argparse.Namespace) -> dict:
+    """The tokenizer fields the flags set (``{}`` for none): laid over a saved or default spec."""
+    changes: dict = {}
+    if args.tokenizer_hook is not None and args.tokenizer not in (None, "hook"):
+        raise SettingError(f"--tokenizer-hook goes with --tokenizer hook, not --tokenizer {args.tokenizer}")
+    if args.tokenizer is not None or args.tokenizer_hook is not None:
+        changes["kind"] = args.tokenizer or "hook"
+    if changes.get("kind") == "hook":
+        if not args.tokenizer_hook:
+            raise SettingError("--tokenizer hook needs --tokenizer-hook package.module:function")
+        changes["callable"] = args.tokenizer_hook
+    if args.lowercase is not None:
+        changes["lowercase"] = bool(args.lowercase)
+    return changes
 
 
 def tokenizer_spec_from_args(args: argparse.Namespace, fallback: dict | None = None) -> dict:
     """The recorded form ({"kind": ...}) of the tokenizer the flags ask for; ``fallback`` when none given."""
-    if args.tokenizer is None and args.tokenizer_hook is None and args.lowercase is None:
-        return dict(fallback or {"kind": "whitespace", "lowercase": False})
-    kind = args.tokenizer or ("hook" if args.tokenizer_hook else (fallback or {}).get("kind", "whitespace"))
-    spec = {"kind": kind, "lowercase": bool(args.lowercase)}
-    if kind == "hook":
-        if not args.tokenizer_hook:
-            raise SettingError("--tokenizer hook needs --tokenizer-hook package.module:function")
-        spec["callable"] = args.tokenizer_hook
-    return spec
+    changes = tokenizer_changes_from_args(args)
+    base = dict(fallback or {"kind": "whitespace", "lowercase": False})
+    if not changes:
+        return base
+    if changes.get("kind", base.get("kind")) != base.get("kind"):
+        base = {"lowercase": base.get("lowercase", False)}
+    return {**base, **changes}
 
 
 def tokenizer_from_args(args: argparse.Namespace, fallback: dict | None = None):
@@ -45,13 +61,14 @@ def run_training_command(command: str, func, args: argparse.Namespace) -> int:
     from elmokit.cli.common import run_reporting_errors
     from elmokit.text.corpus import CorpusError
     from elmokit.training.checkpoint import CheckpointError
+    from elmokit.training.run_config import ConfigError
     from elmokit.training.trainer import RunError
     from elmokit.training.vocab import VocabularyError
 
     def guarded(arguments):
         try:
             return func(arguments)
-        except (CorpusError, VocabularyError, RunError, CheckpointError, SettingError) as error:
+        except (CorpusError, VocabularyError, RunError, CheckpointError, ConfigError, SettingError) as error:
             print(f"elmokit {command}: error: {error}", file=sys.stderr)
             return 2
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from elmokit.cli.common import positive_int
 from elmokit.cli.training_common import add_tokenizer_arguments, run_training_command, tokenizer_from_args
 
 
@@ -17,20 +18,24 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--corpus", action="append", required=True, help="corpus file or glob (plain, .xz, .gz); repeatable")
     parser.add_argument("--out", required=True, help="vocabulary file to write")
-    parser.add_argument("--min-count", type=int, default=1, help="keep tokens seen at least this often (default 1)")
-    parser.add_argument("--max-size", type=int, default=None, help="at most this many lines, the 3 special tokens included (default: no limit)")
-    parser.add_argument("--counts", default=None, help="also write 'token<TAB>count' lines to this file")
+    parser.add_argument("--min-count", type=positive_int, default=1, help="keep tokens seen at least this often (default: 1)")
+    parser.add_argument("--max-size", type=positive_int, default=None,
+                        help="at most this many lines, the 3 special tokens included (default: no limit)")
+    parser.add_argument("--counts", default=None, help="also write 'token<TAB>count' lines to this file (default: none)")
     add_tokenizer_arguments(parser)
     parser.set_defaults(func=lambda args: run_training_command("vocab", run, args))
 
 
 def run(args: argparse.Namespace) -> int:
     from elmokit.io import atomic_path
-    from elmokit.text.corpus import Corpus
+    from elmokit.text.corpus import Corpus, CorpusError
     from elmokit.training.vocab import build_vocabulary, count_tokens, coverage
 
     corpus = Corpus(args.corpus, tokenizer=tokenizer_from_args(args), progress=True)
     counts = count_tokens(corpus)
+    if not counts:
+        raise CorpusError(f"corpus {', '.join(args.corpus)}: no tokens (the files are empty or hold blank lines only); "
+                          f"nothing written to {args.out}")
     vocabulary = build_vocabulary(counts, min_count=args.min_count, max_size=args.max_size)
     vocabulary.save(args.out)
     if args.counts:

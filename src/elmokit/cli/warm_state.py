@@ -21,7 +21,8 @@ def register(subparsers) -> None:
         "backwards for the backward ones) and store the final states in the model folder, so that "
         "--initial-state warm starts every sentence from that same state.",
     )
-    parser.add_argument("--model", required=True, help="a native model folder, an options.json + weights.hdf5 folder, or 'default'")
+    parser.add_argument("--model", required=True,
+                        help="a native model folder, an options.json + weights.hdf5 folder, or 'default'")
     parser.add_argument("--text", default=None, metavar="FILE",
                         help="warm-up text, one whitespace-tokenised sentence per line "
                         "(default: the shipped opening sentences of public-domain novels)")

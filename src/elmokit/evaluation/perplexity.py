@@ -22,6 +22,10 @@ import torch
 from elmokit.text.chars import batch_to_ids
 
 
+class NoSentencesError(ValueError):
+    """The sentences to evaluate were none (or all empty)."""
+
+
 @dataclass
 class PerplexityResult:
     forward: float
@@ -85,7 +89,7 @@ def perplexity(
         if progress is not None:
             progress.update(sum(len(s) for s in batch))
     if n_targets == 0:
-        raise ValueError("no sentences to evaluate")
+        raise NoSentencesError("no sentences to evaluate (none given, or all empty)")
     fwd, bwd = fwd_total / n_targets, bwd_total / n_targets
     return PerplexityResult(
         forward=math.exp(fwd), backward=math.exp(bwd), average=math.exp(0.5 * (fwd + bwd)),

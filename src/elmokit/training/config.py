@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 # Fields that may differ when a run is resumed (they do not change what is computed per step).
 RESUMABLE_CHANGES = frozenset({
     "max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every",
-    "valid_corpus", "valid_every", "valid_sentences",
+    "valid_corpus", "valid_every", "valid_sentences", "skip_nonfinite_steps",
 })
 
 
@@ -59,6 +60,7 @@ class TrainingConfig:
     checkpoint_every: int = 1000
     keep_checkpoints: int = 2
     log_every: int = 10
+    skip_nonfinite_steps: int = 0  # skip up to this many steps whose loss or gradient is NaN/inf; then stop
     bf16: bool = False  # autocast the forward pass to bfloat16 (GPU; CPU works but is optional)
     # held-out perplexity (full softmax) every valid_every steps, on the first valid_sentences
     valid_corpus: list[str] | None = None
@@ -74,7 +76,18 @@ class TrainingConfig:
             raise ValueError(f"softmax must be auto, full or sampled, got {self.softmax!r}")
         if self.max_steps is None and self.epochs is None:
             raise ValueError("give max_steps or epochs (how long to train)")
-        for name in ("max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every", "keep_checkpoints", "log_every", "valid_every", "valid_sentences"):
+        for name in ("lr", "initial_accumulator", "clip_norm", "loss_scale"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        for name in ("seed", "skip_nonfinite_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0")
+        for name in ("max_steps", "epochs"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in ("max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every", "keep_checkpoints",
+                     "log_every", "valid_every", "valid_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         from elmokit.training.data import make_tokenizer  # the recorded form, complete (e.g. the regex itself)

@@ -34,7 +34,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from elmokit.text.corpus import Corpus, Tokenizer, expand_patterns
+from elmokit.text.corpus import Corpus, CorpusError, Tokenizer, expand_patterns
+
+NO_SENTENCES = "no sentences: the files are empty or hold blank lines only; fix: give a corpus with text"
 
 __all__ = ["Position", "Batch", "SentenceStream", "batches", "make_tokenizer", "HookTokenizer"]
 
@@ -141,6 +143,12 @@ class SentenceStream:
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
 
+    def check_not_empty(self) -> None:
+        """Raise CorpusError naming the corpus when it holds no sentence (cheap: stops at the first)."""
+        corpus = Corpus(self.patterns, tokenizer=self.tokenizer, max_tokens=self.max_length)
+        if next(iter(corpus), None) is None:
+            raise CorpusError(f"corpus {', '.join(map(str, self.patterns))}: {NO_SENTENCES}")
+
     def describe(self) -> dict:
         corpus = Corpus(self.patterns, tokenizer=self.tokenizer, max_tokens=self.max_length)
         return {**corpus.describe(), "shuffle_buffer": self.shuffle_buffer, "seed": self.seed}
@@ -169,6 +177,7 @@ class SentenceStream:
         """Yield ``(sentence, position after it)`` from ``start`` on, forever."""
         epoch, shard, skip = start.epoch, start.shard, start.offset
         while True:
+            whole_epoch, emitted = shard == 0 and skip == 0, False
             order = self.shard_order(epoch)
             if shard >= len(order):
                 raise ValueError(f"position {start} is past the {len(order)} shards of the corpus")
@@ -178,6 +187,7 @@ class SentenceStream:
                     offset += 1
                     if offset <= skip:
                         continue  # replaying up to the resume position
+                    emitted = True
                     yield sentence, Position(epoch, shard, offset)
                 if skip > offset:
                     raise ValueError(
@@ -186,6 +196,8 @@ class SentenceStream:
                     )
                 skip = 0
                 shard += 1
+            if whole_epoch and not emitted:  # else this loop would spin forever
+                raise CorpusError(f"corpus {', '.join(map(str, self.patterns))}: {NO_SENTENCES}")
             epoch, shard = epoch + 1, 0
 
 

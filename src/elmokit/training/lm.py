@@ -44,6 +44,20 @@ LM_INFO_NAME = "lm.json"
 VOCAB_NAME = "vocab.txt"
 
 
+def rows(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``table[ids]`` along the first dim, with a deterministic backward.
+
+    ``table[ids]`` differentiates through ``index_put_(accumulate=True)``, which on a CPU with more
+    than one thread (and at least 32768 gradient elements) adds the rows of repeated ids with
+    atomic float additions in whatever order the threads arrive: the sum of a frequent word's
+    softmax gradient then changed from run to run (1e-7), and, since the threads' timing differs
+    on the first step after a restart, a resumed run drifted away from an uninterrupted one
+    (7e-4 after 20 steps). ``index_select`` differentiates through ``index_add_``, which adds the
+    rows in index order on any number of threads: bit-identical to the one-thread result.
+    """
+    return table.index_select(0, ids)
+
+
 # ---- the biLM, with a token encoder that runs once per distinct word of the batch ------------
 
 
@@ -59,7 +73,7 @@ class TrainableBiLM(BiLM):
     def token_vectors(self, char_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         flat_ids = char_ids[mask]  # (N, C)
         unique, inverse = torch.unique(flat_ids, dim=0, return_inverse=True)  # (U, C), (N,)
-        vectors = self.token_encoder(unique)[inverse]  # (N, P)
+        vectors = rows(self.token_encoder(unique), inverse)  # (N, P)
         out = vectors.new_zeros(*mask.shape, vectors.shape[-1])
         out[mask] = vectors
         return out
@@ -243,7 +257,7 @@ def _nll_over(hidden, targets, weight, bias, class_ids, correction):
     minus ``correction`` of its id), a class equal to the row's target left out."""
     hidden = _at_least_float32(hidden)
     with torch.autocast(device_type=hidden.device.type, enabled=False):
-        w_t, b_t = weight[targets].to(hidden.dtype), bias[targets].to(hidden.dtype)
+        w_t, b_t = rows(weight, targets).to(hidden.dtype), rows(bias, targets).to(hidden.dtype)
         true = (hidden * w_t).sum(-1) + b_t  # (M,)
         if correction is not None:
             true = true - correction[targets].to(hidden.dtype)
@@ -251,7 +265,7 @@ def _nll_over(hidden, targets, weight, bias, class_ids, correction):
             w_c, b_c = weight.to(hidden.dtype), bias.to(hidden.dtype)
             hit_rows, hit_cols = torch.arange(len(targets), device=targets.device), targets
         else:
-            w_c, b_c = weight[class_ids].to(hidden.dtype), bias[class_ids].to(hidden.dtype)
+            w_c, b_c = rows(weight, class_ids).to(hidden.dtype), rows(bias, class_ids).to(hidden.dtype)
             if correction is not None:
                 b_c = b_c - correction[class_ids].to(hidden.dtype)
             column = torch.full((weight.shape[0],), -1, dtype=torch.long, device=targets.device)

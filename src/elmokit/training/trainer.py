@@ -42,7 +42,9 @@ from elmokit.text.chars import batch_to_ids
 from elmokit.training.checkpoint import (
     decode_rng,
     encode_rng,
+    file_sha256,
     latest_checkpoint,
+    latest_good_checkpoint,
     read_checkpoint,
     write_checkpoint,
 )
@@ -61,6 +63,10 @@ class RunError(ValueError):
     """A run folder that does not fit the request; the message says what differs and the fix."""
 
 
+class NonFiniteError(RunError):
+    """A step's loss or gradient was NaN or infinite (more often than ``skip_nonfinite_steps``)."""
+
+
 @dataclass
 class TrainResult:
     step: int
@@ -75,16 +81,6 @@ class TrainResult:
 # ---- the run folder ---------------------------------------------------------------------------
 
 
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def read_run(run_dir: Path) -> tuple[BiLMConfig, TrainingConfig, dict]:
     """(model config, training config, the whole training.json) of an existing run folder."""
     try:
@@ -96,7 +92,8 @@ def read_run(run_dir: Path) -> tuple[BiLMConfig, TrainingConfig, dict]:
     return model_config, training, record
 
 
-def _check_resume_compatible(run_dir: Path, model_config: BiLMConfig, training: TrainingConfig, corpus: list[str], vocab_sha: str) -> None:
+def _check_resume_compatible(run_dir: Path, model_config: BiLMConfig, training: TrainingConfig, corpus: list[str],
+                             vocab_sha: str) -> None:
     saved_model, saved_training, record = read_run(run_dir)
     problems = []
     if saved_model != model_config:
@@ -199,62 +196,117 @@ def train(
 
 
 def _train(run_dir, corpus, vocab_path, model_config, training, resume, command, device, progress, context) -> TrainResult:
-    vocabulary = Vocabulary.load(vocab_path)
-    vocab_sha = _file_sha256(vocab_path)
-    tokenizer = make_tokenizer(training.tokenizer)
-    stream = SentenceStream(corpus, tokenizer=tokenizer, max_length=training.max_length,
-                            shuffle_buffer=training.shuffle_buffer, seed=training.seed)
-    sampled = training.uses_sampled_softmax(len(vocabulary))
-    checkpoints = run_dir / "checkpoints"
-    exists = (run_dir / "training.json").exists()
-    context.barrier()  # every rank has looked before the main rank writes the run's files
-    if exists and not resume:
-        raise RunError(f"{run_dir}: already holds a run; pass --resume to continue it, or choose another --out")
-    if exists:
-        _check_resume_compatible(run_dir, model_config, training, corpus, vocab_sha)
-    command = command or " ".join(shlex.quote(a) for a in sys.argv)
-    record = {
-        "format_version": RUN_FORMAT_VERSION,
-        "training": training.to_dict(),
-        "corpus": stream.describe(),
-        "vocabulary": {"source": os.fspath(vocab_path), "size": len(vocabulary), "sha256": vocab_sha},
-        "softmax": "sampled" if sampled else "full",
-        "world_size": context.world_size,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
-    if context.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now().isoformat(timespec="seconds")
-        with open(run_dir / "command.txt", "a", encoding="utf-8") as handle:
-            handle.write(f"{stamp}  world_size={context.world_size}  {command}\n")
-        if not exists:
-            with atomic_path(run_dir / "config.json") as tmp:
-                Path(tmp).write_text(json.dumps(model_config.to_dict(), indent=2) + "\n")
-            with atomic_path(run_dir / "training.json") as tmp:
-                Path(tmp).write_text(json.dumps(record, indent=2) + "\n")
-            vocabulary.save(run_dir / "vocab.txt")
-    context.barrier()
+    run = _Run.setup(run_dir, corpus, vocab_path, model_config, training, resume, command, device, progress, context)
+    if resume:
+        run.resume()
+    run.prepare_loop()
+    run.loop()
+    run.save_final()
+    return run.export()
 
-    # The model: identical initial weights on every rank (seeded), then per-rank RNG for dropout.
-    torch.manual_seed(training.seed)
-    model = LanguageModel(model_config, len(vocabulary), bos_id=vocabulary.bos, eos_id=vocabulary.eos)
-    init_like_bilm_tf(model, torch.Generator().manual_seed(training.seed))
-    model.to(device)
-    names = _param_names(model)
-    optimizer = torch.optim.Adagrad(
-        model.parameters(), lr=training.lr, initial_accumulator_value=training.initial_accumulator, eps=0.0
-    )
-    torch.manual_seed(training.seed * 1_000_003 + context.rank)
 
-    step, tokens_seen, elapsed_before, position = 0, 0, 0.0, Position()
-    ckpt = latest_checkpoint(checkpoints) if resume else None
-    if ckpt is not None:
-        model_state, state = read_checkpoint(ckpt, optimizer, names)
-        model.load_state_dict({k: v.to(device) for k, v in model_state.items()})
-        step, tokens_seen = state["step"], state["tokens"]
-        elapsed_before = state["elapsed_s"]
-        position = Position.from_dict(state["position"])
+@dataclass
+class _StepOutcome:
+    loss: float
+    fwd: float
+    bwd: float
+    grad_norm: float
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.loss) and math.isfinite(self.grad_norm)
+
+    def what(self) -> str:
+        parts = [name for name, value in (("loss", self.loss), ("gradient", self.grad_norm)) if not math.isfinite(value)]
+        return " and ".join(parts)
+
+
+class _Run:
+    """One call of ``train``: the named steps ``setup``, ``resume``, ``loop``, ``save_final``, ``export``."""
+
+    # ---- setup: the run folder, the data, the model and the optimizer
+
+    @classmethod
+    def setup(cls, run_dir, corpus, vocab_path, model_config, training, resume, command, device, progress, context) -> _Run:
+        self = cls()
+        self.run_dir, self.model_config, self.training = run_dir, model_config, training
+        self.device, self.progress, self.context = device, progress, context
+        self.checkpoints = run_dir / "checkpoints"
+        self.vocabulary = Vocabulary.load(vocab_path)
+        self.tokenizer = make_tokenizer(training.tokenizer)
+        self.stream = SentenceStream(corpus, tokenizer=self.tokenizer, max_length=training.max_length,
+                                     shuffle_buffer=training.shuffle_buffer, seed=training.seed)
+        self.stream.check_not_empty()  # before the run folder is written
+        self.sampled = training.uses_sampled_softmax(len(self.vocabulary))
+        self._open_run_folder(corpus, vocab_path, resume, command)
+        self._build_model()
+        self.step, self.tokens_seen, self.elapsed_before, self.position = 0, 0, 0.0, Position()
+        self.skipped = 0  # steps skipped for a non-finite loss or gradient (training.skip_nonfinite_steps)
+        self.history: list[dict] = []
+        self.valid_sentences = None
+        return self
+
+    def _open_run_folder(self, corpus, vocab_path, resume, command) -> None:
+        run_dir, context, training = self.run_dir, self.context, self.training
+        vocab_sha = file_sha256(vocab_path)
+        exists = (run_dir / "training.json").exists()
+        context.barrier()  # every rank has looked before the main rank writes the run's files
+        if exists and not resume:
+            raise RunError(f"{run_dir}: already holds a run; pass --resume to continue it, or choose another --out")
+        if exists:
+            _check_resume_compatible(run_dir, self.model_config, training, corpus, vocab_sha)
+        command = command or " ".join(shlex.quote(a) for a in sys.argv)
+        self.record = {
+            "format_version": RUN_FORMAT_VERSION,
+            "training": training.to_dict(),
+            "corpus": self.stream.describe(),
+            "vocabulary": {"source": os.fspath(vocab_path), "size": len(self.vocabulary), "sha256": vocab_sha},
+            "softmax": "sampled" if self.sampled else "full",
+            "world_size": context.world_size,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        }
+        if context.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            stamp = datetime.datetime.now().isoformat(timespec="seconds")
+            with open(run_dir / "command.txt", "a", encoding="utf-8") as handle:
+                handle.write(f"{stamp}  world_size={context.world_size}  {command}\n")
+            if not exists:
+                with atomic_path(run_dir / "config.json") as tmp:
+                    Path(tmp).write_text(json.dumps(self.model_config.to_dict(), indent=2) + "\n")
+                with atomic_path(run_dir / "training.json") as tmp:
+                    Path(tmp).write_text(json.dumps(self.record, indent=2) + "\n")
+                self.vocabulary.save(run_dir / "vocab.txt")
+        context.barrier()
+
+    def _build_model(self) -> None:
+        """Identical initial weights on every rank (seeded), then per-rank RNG for dropout."""
+        training, vocabulary = self.training, self.vocabulary
+        torch.manual_seed(training.seed)
+        self.model = LanguageModel(self.model_config, len(vocabulary), bos_id=vocabulary.bos, eos_id=vocabulary.eos)
+        init_like_bilm_tf(self.model, torch.Generator().manual_seed(training.seed))
+        self.model.to(self.device)
+        self.names = _param_names(self.model)
+        self.optimizer = torch.optim.Adagrad(
+            self.model.parameters(), lr=training.lr, initial_accumulator_value=training.initial_accumulator, eps=0.0
+        )
+        torch.manual_seed(training.seed * 1_000_003 + self.context.rank)
+
+    # ---- resume: the newest good checkpoint
+
+    def resume(self) -> None:
+        context, device = self.context, self.device
+        ckpt = latest_good_checkpoint(self.checkpoints, set_aside_bad=context.is_main)
+        context.barrier()  # the main rank has set the bad ones aside
+        if ckpt is None:
+            logger.info("%s: no checkpoint yet; starting from step 0", self.run_dir)
+            return
+        model_state, state = read_checkpoint(ckpt, self.optimizer, self.names)
+        self.model.load_state_dict({k: v.to(device) for k, v in model_state.items()})
+        self.step, self.tokens_seen = state["step"], state["tokens"]
+        self.elapsed_before = state["elapsed_s"]
+        self.position = Position.from_dict(state["position"])
+        self.skipped = state.get("skipped_nonfinite", 0)
         if state["world_size"] == context.world_size:
             torch.set_rng_state(decode_rng(state["rng"][context.rank]))
             if device.type == "cuda" and state.get("cuda_rng"):
@@ -262,147 +314,193 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
         else:
             logger.warning("resuming %d ranks from a %d-rank checkpoint: dropout masks will differ from an "
                            "uninterrupted run", context.world_size, state["world_size"])
-        logger.info("resuming from %s (step %d, %d tokens)", ckpt, step, tokens_seen)
-    elif resume:
-        logger.info("%s: no checkpoint yet; starting from step 0", run_dir)
-    if context.is_main:
-        _truncate_metrics(run_dir / "metrics.jsonl", step)
-    # for the card, if no step runs in this call
-    last_loss = _last_logged_loss(run_dir / "metrics.jsonl") if context.is_main else None
+        threads = state.get("threads")
+        if threads is not None and threads != torch.get_num_threads() and device.type == "cpu":
+            logger.warning("the checkpoint was written with %d CPU threads, this run uses %d: the weights will not be "
+                           "bit-identical to an uninterrupted run (pass --threads %d for that)",
+                           threads, torch.get_num_threads(), threads)
+        logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.step, self.tokens_seen)
 
-    train_model = model
-    if context.enabled:
-        import warnings
+    # ---- the loop
 
-        from torch.nn.parallel import DistributedDataParallel
-
-        # The char CNN's im2col weight gradients arrive transposed; DDP copies them into its
-        # buckets and says so on every step. Harmless (a small copy), so keep the log readable.
-        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
-        train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    model.train()
-
-    n_params_bilm = sum(p.numel() for p in model.bilm.parameters())
-    n_softmax = model.softmax_weight.numel() + model.softmax_bias.numel()
-    total = training.max_steps
-    bar = _progress_bar(progress and context.is_main, total, step)
-    start_time = time.perf_counter()
-    window_tokens, window_start = 0, time.perf_counter()
-    history: list[dict] = []
-    data = batches(stream, start=position, batch_size=None if training.batch_tokens else training.batch_size,
-                   batch_tokens=training.batch_tokens)
-
-    def elapsed() -> float:
-        return elapsed_before + time.perf_counter() - start_time
-
-    def save(at_step: int) -> None:
-        rng = torch.get_rng_state()
-        all_rng = context.all_gather_bytes(rng.to(torch.int32), device)
-        cuda_rng = None
-        if device.type == "cuda":
-            cuda_rng = [encode_rng(t.to(torch.uint8)) for t in context.all_gather_bytes(torch.cuda.get_rng_state().to(torch.int32), device)]
+    def prepare_loop(self) -> None:
+        context, model, training = self.context, self.model, self.training
         if context.is_main:
-            write_checkpoint(
-                checkpoints, at_step,
-                model_state=model.state_dict(), optimizer=optimizer, param_names=names,
-                state={"step": at_step, "tokens": tokens_seen, "position": position.to_dict(), "elapsed_s": elapsed(),
-                       "world_size": context.world_size, "rng": [encode_rng(t.to(torch.uint8)) for t in all_rng],
-                       "cuda_rng": cuda_rng},
-                keep=training.keep_checkpoints,
+            _truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
+        # for the card, if no step runs in this call
+        self.last_loss = _last_logged_loss(self.run_dir / "metrics.jsonl") if context.is_main else None
+        self.train_model = model
+        if context.enabled:
+            import warnings
+
+            from torch.nn.parallel import DistributedDataParallel
+
+            # The char CNN's im2col weight gradients arrive transposed; DDP copies them into its
+            # buckets and says so on every step. Harmless (a small copy), so keep the log readable.
+            warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(model, device_ids=device_ids)
+        model.train()
+        self.bar = _progress_bar(self.progress and context.is_main, training.max_steps, self.step)
+        self.start_time = time.perf_counter()
+        self.window_tokens, self.window_start = 0, time.perf_counter()
+        self.tokens_at_start, self.first_step, self.last_saved = self.tokens_seen, self.step, self.step
+        self.data = batches(self.stream, start=self.position,
+                            batch_size=None if training.batch_tokens else training.batch_size,
+                            batch_tokens=training.batch_tokens)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.start_time
+
+    def loop(self) -> None:
+        training, context = self.training, self.context
+        while training.max_steps is None or self.step < training.max_steps:
+            batch: Batch = next(self.data)
+            if training.epochs is not None and batch.epoch >= training.epochs:
+                break
+            if len(batch.sentences) < context.world_size:
+                logger.warning("skipping a batch of %d sentences: fewer than the %d ranks", len(batch.sentences),
+                               context.world_size)
+                self.position = batch.end
+                continue
+            self.step += 1
+            outcome = _step(self.train_model, self.model, self.optimizer, batch, self.vocabulary, training,
+                            self.sampled, self.step, self.device, context)
+            self.position = batch.end
+            self.tokens_seen += batch.num_tokens
+            self.window_tokens += batch.num_tokens
+            if outcome.finite:
+                self.last_loss = outcome.loss
+                if self.step % training.log_every == 0 or self.step == training.max_steps:
+                    self._log_step(batch, outcome)
+            else:
+                self._skip_step(outcome)
+            self._update_bar(outcome)
+            if training.valid_corpus and self.step % training.valid_every == 0:
+                self._validate()
+            if self.step % training.checkpoint_every == 0:
+                self.save()
+        if self.bar is not None:
+            self.bar.close()
+
+    def _write_metrics(self, entry: dict) -> None:
+        self.history.append(entry)
+        if self.context.is_main:
+            with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry) + "\n")
+
+    def _log_step(self, batch: Batch, outcome: _StepOutcome) -> None:
+        now = time.perf_counter()
+        entry = {
+            "step": self.step, "epoch": batch.epoch, "loss": outcome.loss, "ppl": _exp(outcome.loss),
+            "fwd_loss": outcome.fwd, "bwd_loss": outcome.bwd, "grad_norm": outcome.grad_norm, "tokens": self.tokens_seen,
+            "tokens_per_s": self.window_tokens / max(now - self.window_start, 1e-9), "elapsed_s": round(self.elapsed(), 3),
+            "softmax": "sampled" if self.sampled else "full", "skipped_nonfinite": self.skipped,
+        }
+        self.window_tokens, self.window_start = 0, now
+        self._write_metrics(entry)
+        if self.context.is_main and self.bar is None:  # plain log lines for batch jobs
+            run_s = time.perf_counter() - self.start_time
+            eta = ""
+            if self.training.max_steps is not None and self.step > self.first_step:
+                left = (self.training.max_steps - self.step) * run_s / (self.step - self.first_step)
+                eta = f"  ETA {datetime.timedelta(seconds=round(left))}"
+            logger.info("step %d  loss %.4f  ppl %.1f  %.0f tok/s%s", self.step, outcome.loss, entry["ppl"],
+                        entry["tokens_per_s"], eta)
+
+    def _skip_step(self, outcome: _StepOutcome) -> None:
+        """A non-finite loss or gradient: the update was not applied. Skip it (counted) or stop."""
+        training = self.training
+        self.skipped += 1
+        if self.skipped > training.skip_nonfinite_steps:
+            kept = latest_checkpoint(self.checkpoints)
+            kept_text = (f"the last checkpoint, {kept}, holds finite weights and is kept" if kept is not None
+                         else "no checkpoint had been written yet")
+            allowance = (f"; {training.skip_nonfinite_steps} such step(s) may be skipped and that many were"
+                         if training.skip_nonfinite_steps else "")
+            raise NonFiniteError(
+                f"step {self.step}: non-finite {outcome.what()} (loss {outcome.loss}, gradient norm {outcome.grad_norm}); "
+                f"training stopped before applying it{allowance}; {kept_text}. Fix: lower --lr (now {training.lr}) or "
+                f"--loss-scale (now {training.loss_scale}), or skip such steps with --skip-nonfinite-steps N, then --resume"
             )
-        context.barrier()
+        logger.warning("step %d: non-finite %s; step skipped (%d of at most %d)", self.step, outcome.what(),
+                       self.skipped, training.skip_nonfinite_steps)
+        self._write_metrics({"step": self.step, "skipped": f"non-finite {outcome.what()}", "skipped_nonfinite": self.skipped,
+                             "tokens": self.tokens_seen})
 
-    valid_sentences = None
+    def _update_bar(self, outcome: _StepOutcome) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        rate = (self.tokens_seen - self.tokens_at_start) / max(time.perf_counter() - self.start_time, 1e-9)
+        self.bar.set_postfix(loss=f"{outcome.loss:.3f}", ppl=f"{_exp(outcome.loss):.1f}", tok_s=f"{rate:.0f}", refresh=False)
 
-    def validate(at_step: int) -> None:
-        nonlocal valid_sentences
+    def _validate(self) -> None:
+        context, training, model = self.context, self.training, self.model
         if context.is_main:
             from itertools import islice
 
             from elmokit.evaluation.perplexity import perplexity
             from elmokit.text.corpus import Corpus
 
-            if valid_sentences is None:
-                corpus_v = Corpus(training.valid_corpus, tokenizer=tokenizer, max_tokens=training.max_length)
-                valid_sentences = list(islice(corpus_v, training.valid_sentences))
+            if self.valid_sentences is None:
+                corpus_v = Corpus(training.valid_corpus, tokenizer=self.tokenizer, max_tokens=training.max_length)
+                self.valid_sentences = list(islice(corpus_v, training.valid_sentences))
             rng = torch.get_rng_state()  # evaluation draws nothing, but keep the stream untouched anyway
             began = time.perf_counter()
-            result = perplexity(model, vocabulary, valid_sentences, device=device)
+            result = perplexity(model, self.vocabulary, self.valid_sentences, device=self.device)
             torch.set_rng_state(rng)
             model.train()
-            entry = {"step": at_step, "valid_fwd_ppl": result.forward, "valid_bwd_ppl": result.backward,
-                     "valid_ppl": result.average, "valid_targets": result.num_targets,
-                     "valid_seconds": round(time.perf_counter() - began, 1)}
-            history.append(entry)
-            with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(entry) + "\n")
-            logger.info("step %d  valid perplexity fwd %.1f bwd %.1f avg %.1f", at_step, result.forward,
+            self._write_metrics({"step": self.step, "valid_fwd_ppl": result.forward, "valid_bwd_ppl": result.backward,
+                                 "valid_ppl": result.average, "valid_targets": result.num_targets,
+                                 "valid_seconds": round(time.perf_counter() - began, 1)})
+            logger.info("step %d  valid perplexity fwd %.1f bwd %.1f avg %.1f", self.step, result.forward,
                         result.backward, result.average)
         context.barrier()
 
-    last_saved = step
-    tokens_at_start, first_step = tokens_seen, step
-    while training.max_steps is None or step < training.max_steps:
-        batch: Batch = next(data)
-        if training.epochs is not None and batch.epoch >= training.epochs:
-            break
-        if len(batch.sentences) < context.world_size:
-            logger.warning("skipping a batch of %d sentences: fewer than the %d ranks", len(batch.sentences), context.world_size)
-            position = batch.end
-            continue
-        step += 1
-        loss_value, fwd, bwd, grad_norm = _step(train_model, model, optimizer, batch, vocabulary, training, sampled, step, device, context)
-        position = batch.end
-        tokens_seen += batch.num_tokens
-        window_tokens += batch.num_tokens
-        last_loss = loss_value
-        if step % training.log_every == 0 or step == training.max_steps:
-            now = time.perf_counter()
-            entry = {
-                "step": step, "epoch": batch.epoch, "loss": loss_value, "ppl": _exp(loss_value),
-                "fwd_loss": fwd, "bwd_loss": bwd, "grad_norm": grad_norm, "tokens": tokens_seen,
-                "tokens_per_s": window_tokens / max(now - window_start, 1e-9), "elapsed_s": round(elapsed(), 3),
-                "softmax": "sampled" if sampled else "full",
-            }
-            window_tokens, window_start = 0, now
-            history.append(entry)
-            if context.is_main:
-                with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(entry) + "\n")
-                if bar is None:  # plain log lines for batch jobs
-                    run_s = time.perf_counter() - start_time
-                    eta = ""
-                    if training.max_steps is not None and step > first_step:
-                        left = (training.max_steps - step) * run_s / (step - first_step)
-                        eta = f"  ETA {datetime.timedelta(seconds=round(left))}"
-                    logger.info("step %d  loss %.4f  ppl %.1f  %.0f tok/s%s", step, loss_value, entry["ppl"],
-                                entry["tokens_per_s"], eta)
-        if bar is not None:
-            bar.update(1)
-            rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - start_time, 1e-9)
-            bar.set_postfix(loss=f"{loss_value:.3f}", ppl=f"{_exp(loss_value):.1f}", tok_s=f"{rate:.0f}", refresh=False)
-        if training.valid_corpus and step % training.valid_every == 0:
-            validate(step)
-        if step % training.checkpoint_every == 0:
-            save(step)
-            last_saved = step
-    if bar is not None:
-        bar.close()
-    if step != last_saved or latest_checkpoint(checkpoints) is None:
-        save(step)
+    # ---- save: checkpoints and the final model
 
-    model_dir = None
-    if context.is_main:
-        model.eval()
-        commands = [line.split("  ", 2)[-1] for line in (run_dir / "command.txt").read_text().splitlines() if line.strip()]
-        card = _card(model_config, training, record, vocabulary, n_params_bilm, n_softmax, step, tokens_seen,
-                     elapsed(), last_loss, commands, sampled)
-        model_dir = model.save(run_dir / "model", vocabulary, info={
-            "tokenizer": training.tokenizer, "max_length": training.max_length,
-            "trained_steps": step, "trained_tokens": tokens_seen,
-        }, model_card=card)
-    context.barrier()
-    return TrainResult(step, tokens_seen, last_loss, run_dir, model_dir, elapsed(), history)
+    def save(self) -> None:
+        context, device = self.context, self.device
+        all_rng = context.all_gather_bytes(torch.get_rng_state().to(torch.int32), device)
+        cuda_rng = None
+        if device.type == "cuda":
+            cuda_states = context.all_gather_bytes(torch.cuda.get_rng_state().to(torch.int32), device)
+            cuda_rng = [encode_rng(t.to(torch.uint8)) for t in cuda_states]
+        if context.is_main:
+            write_checkpoint(
+                self.checkpoints, self.step,
+                model_state=self.model.state_dict(), optimizer=self.optimizer, param_names=self.names,
+                state={"step": self.step, "tokens": self.tokens_seen, "position": self.position.to_dict(),
+                       "elapsed_s": self.elapsed(), "world_size": context.world_size,
+                       "rng": [encode_rng(t.to(torch.uint8)) for t in all_rng], "cuda_rng": cuda_rng,
+                       "skipped_nonfinite": self.skipped, "threads": torch.get_num_threads()},
+                keep=self.training.keep_checkpoints,
+            )
+        context.barrier()
+        self.last_saved = self.step
+
+    def save_final(self) -> None:
+        if self.step != self.last_saved or latest_checkpoint(self.checkpoints) is None:
+            self.save()
+
+    def export(self) -> TrainResult:
+        """The model folder (main rank) and the result."""
+        model_dir = None
+        if self.context.is_main:
+            self.model.eval()
+            commands = [line.split("  ", 2)[-1] for line in (self.run_dir / "command.txt").read_text().splitlines()
+                        if line.strip()]
+            n_params_bilm = sum(p.numel() for p in self.model.bilm.parameters())
+            n_softmax = self.model.softmax_weight.numel() + self.model.softmax_bias.numel()
+            card = _card(self.model_config, self.training, self.record, self.vocabulary, n_params_bilm, n_softmax,
+                         self.step, self.tokens_seen, self.elapsed(), self.last_loss, commands, self.sampled)
+            model_dir = self.model.save(self.run_dir / "model", self.vocabulary, info={
+                "tokenizer": self.training.tokenizer, "max_length": self.training.max_length,
+                "trained_steps": self.step, "trained_tokens": self.tokens_seen,
+            }, model_card=card)
+        self.context.barrier()
+        return TrainResult(self.step, self.tokens_seen, self.last_loss, self.run_dir, model_dir, self.elapsed(), self.history)
 
 
 def _exp(x: float) -> float:
@@ -410,9 +508,10 @@ def _exp(x: float) -> float:
 
 
 def _step(train_model, model: LanguageModel, optimizer, batch: Batch, vocabulary: Vocabulary,
-          training: TrainingConfig, sampled: bool, step: int, device: torch.device, context: DistributedContext):
-    """One optimiser step on this rank's part of the global batch. Returns (mean loss over the
-    global batch, forward loss, backward loss, gradient norm before clipping)."""
+          training: TrainingConfig, sampled: bool, step: int, device: torch.device, context: DistributedContext) -> _StepOutcome:
+    """One optimiser step on this rank's part of the global batch: (mean loss over the global
+    batch, forward loss, backward loss, gradient norm before clipping). With a non-finite loss
+    or gradient norm (the same on every rank) the update is not applied."""
     part = batch.part(context.rank, context.world_size)
     global_targets = sum(len(s) + 1 for s in batch.sentences)  # per direction; every rank knows it
     char_ids = batch_to_ids(part).to(device)
@@ -429,9 +528,13 @@ def _step(train_model, model: LanguageModel, optimizer, batch: Batch, vocabulary
     scale = training.loss_scale * context.world_size / (2.0 * global_targets)
     ((out.forward_nll + out.backward_nll) * scale).backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm)
-    optimizer.step()
     fwd, bwd = context.all_sum([out.forward_nll.item(), out.backward_nll.item()], device)
-    return (fwd + bwd) / (2 * global_targets), fwd / global_targets, bwd / global_targets, float(grad_norm)
+    outcome = _StepOutcome((fwd + bwd) / (2 * global_targets), fwd / global_targets, bwd / global_targets, float(grad_norm))
+    if outcome.finite:
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    return outcome
 
 
 def _last_logged_loss(path: Path) -> float | None:
