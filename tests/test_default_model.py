@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from testkit import need_shared
 
 import elmokit
@@ -31,6 +32,7 @@ def test_card_matches_the_shipped_files():
     assert "## Perplexity" in card and "wikitext" in card.lower() and "PTB" in card
 
 
+@pytest.mark.slow  # several seconds: run by CI with -m slow
 def test_default_model_predicts_held_out_text_far_better_than_a_unigram_model():
     """Oracle: an add-one unigram model over the same vocabulary, estimated on gutenberg_en valid,
     scored on the same test sentences with the same n + 1 targets per sentence (</S> included)."""

@@ -4,6 +4,7 @@ same global batch - same losses and weights after a few steps, up to float summa
 import time
 
 import numpy as np
+import pytest
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
@@ -13,6 +14,7 @@ from elmokit.bilm import PRESETS
 from elmokit.training.trainer import read_metrics
 
 
+@pytest.mark.slow  # several seconds: run by CI with -m slow
 def test_two_processes_match_one_process_on_the_same_global_batch(tmp_path, monkeypatch):
     """Sampled softmax (both ranks must draw the same negatives), 4 steps of 6 sentences = 3 per
     rank. Dropout off: its masks are drawn per rank and cannot match one process's."""

@@ -69,6 +69,7 @@ def test_resume_is_bit_exact(tmp_path):
     ], "metrics.jsonl reads as one run"
 
 
+@pytest.mark.slow  # several seconds: run by CI with -m slow
 def test_resume_after_kill_9_is_bit_exact(tmp_path):
     vocab = tiny_vocab(tmp_path)
     args = ["--corpus", str(TINY_CORPUS), "--vocab", str(vocab), "--preset", "tiny", "--set", "dropout=0.1",
