@@ -10,3 +10,12 @@ def tiny_original(tmp_path):
     options = tiny_options()
     weights = random_tf_weights(options)
     return (*write_original_files(tmp_path / "orig", options, weights), options, weights)
+
+
+@pytest.fixture
+def model_dir(tmp_path, tiny_original):
+    """The tiny original-format model saved as a native folder."""
+    from elmokit import load_original, save_native
+
+    save_native(load_original(*tiny_original[:2]), tmp_path / "model")
+    return tmp_path / "model"

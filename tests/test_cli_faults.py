@@ -16,23 +16,13 @@ import time
 import h5py
 import numpy as np
 import pytest
+from testkit import write_lines
 
-from elmokit import __version__, load_original, save_native
+from elmokit import __version__
 from elmokit.cli.main import build_parser, main
 from elmokit.io import temporary_path
 
 OLD = b"previous results, not HDF5"
-
-
-@pytest.fixture
-def model_dir(tmp_path, tiny_original):
-    save_native(load_original(*tiny_original[:2]), tmp_path / "model")
-    return tmp_path / "model"
-
-
-def write_lines(path, lines):
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def run_cli(capsys, *args):

@@ -6,22 +6,12 @@ import h5py
 import numpy as np
 import pytest
 from numpy_elmo import NumpyELMo
+from testkit import write_lines
 
-from elmokit import Embedder, load_original, save_native
+from elmokit import Embedder
 from elmokit.cli.main import main
 
 LINES = ["The cat sat on the mat .", "A dog .", "The cat sat on the mat .", "Ünïcödé words 🙂 here"]
-
-
-@pytest.fixture
-def model_dir(tmp_path, tiny_original):
-    save_native(load_original(*tiny_original[:2]), tmp_path / "model")
-    return tmp_path / "model"
-
-
-def write_lines(path, lines):
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def embed(*args):

@@ -105,3 +105,9 @@ def assert_unchanged(bilm, before) -> None:
         now = after["params"][name]
         assert (now[0], now[1]) == (requires_grad, dtype), name
         assert torch.equal(now[2], value), name
+
+
+def write_lines(path, lines):
+    """Write one line per item (UTF-8, newline-terminated); returns the path."""
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
