@@ -10,6 +10,7 @@ Routes, limits and errors: docs/serve.md (and /docs, /openapi.json on the runnin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -25,6 +26,20 @@ from elmokit.cli.common import (
     positive_float,
     positive_int,
 )
+from elmokit.serve.config import ServeConfig
+
+# ServeConfig field -> (type, metavar, help); the defaults are ServeConfig's, so the two never drift.
+LIMIT_FLAGS = {
+    "max_batch_tokens": (positive_int, "N", "tokens per batch the worker gathers from concurrent requests"),
+    "max_wait_ms": (non_negative_float, "MS", "how long a request waits for others to share its batch"),
+    "max_queue": (positive_int, "N", "requests that may wait; beyond, 429 with Retry-After"),
+    "max_inputs": (positive_int, "N", "texts per request; beyond, 422"),
+    "max_input_tokens": (positive_int, "N", "tokens per text; beyond, 422 unless the request asks to truncate"),
+    "max_body_bytes": (positive_int, "N", "request body size; beyond, 413"),
+    "request_timeout_s": (positive_float, "S", "a request not answered by then gets 504"),
+    "shutdown_timeout_s": (non_negative_float, "S", "on SIGTERM, how long accepted requests may take to finish"),
+}
+SERVE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
 
 
 def register(subparsers) -> None:
@@ -50,22 +65,10 @@ def register(subparsers) -> None:
                      help="uvicorn's log level (default info)")
     net.add_argument("--access-log", action="store_true", help="log every request")
     limits = parser.add_argument_group("batching and limits")
-    limits.add_argument("--max-batch-tokens", type=positive_int, default=4096, metavar="N",
-                        help="tokens per batch the worker gathers from concurrent requests (default 4096)")
-    limits.add_argument("--max-wait-ms", type=non_negative_float, default=5.0, metavar="MS",
-                        help="how long a request waits for others to share its batch (default 5)")
-    limits.add_argument("--max-queue", type=positive_int, default=256, metavar="N",
-                        help="requests that may wait; beyond, 429 with Retry-After (default 256)")
-    limits.add_argument("--max-inputs", type=positive_int, default=64, metavar="N",
-                        help="texts per request; beyond, 422 (default 64)")
-    limits.add_argument("--max-input-tokens", type=positive_int, default=512, metavar="N",
-                        help="tokens per text; beyond, 422 unless the request asks to truncate (default 512)")
-    limits.add_argument("--max-body-bytes", type=positive_int, default=2_000_000, metavar="N",
-                        help="request body size; beyond, 413 (default 2000000)")
-    limits.add_argument("--request-timeout-s", type=positive_float, default=30.0, metavar="S",
-                        help="a request not answered by then gets 504 (default 30)")
-    limits.add_argument("--shutdown-timeout-s", type=non_negative_float, default=30.0, metavar="S",
-                        help="on SIGTERM, how long accepted requests may take to finish (default 30)")
+    for name, (kind, metavar, text) in LIMIT_FLAGS.items():
+        default = SERVE_DEFAULTS[name]
+        limits.add_argument("--" + name.replace("_", "-"), type=kind, default=default, metavar=metavar,
+                            help=f"{text} (default {default})")
     limits.add_argument("--tokenizer", choices=("whitespace", "regex"), default="whitespace",
                         help="how raw text is cut into tokens: whitespace (as `elmokit embed` reads lines; default) "
                         "or regex (\\w+|[^\\w\\s])")
@@ -80,7 +83,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         from elmokit.serve.app import create_app
-        from elmokit.serve.config import ServeConfig
         from elmokit.serve.server import bind, serve
     except ModuleNotFoundError as error:
         print(f"elmokit serve: error: {error.name} is not installed; pip install 'elmokit[serve]'", file=sys.stderr)
@@ -90,10 +92,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"elmokit serve: error: --port {args.port} is not a port (0..65535)", file=sys.stderr)
         return 2
     try:
-        config = ServeConfig(max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                             max_inputs=args.max_inputs, max_input_tokens=args.max_input_tokens,
-                             max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s, api_key=api_key,
-                             tokenizer=args.tokenizer, shutdown_timeout_s=args.shutdown_timeout_s)
+        config = ServeConfig(**{name: getattr(args, name) for name in LIMIT_FLAGS}, api_key=api_key,
+                             tokenizer=args.tokenizer)
         apply_threads(args)
         representation, spec = load_representation(args, batch_size=args.batch_size)
     except (*USER_ERRORS, ValueError) as error:
