@@ -53,8 +53,11 @@ def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--output", choices=("crf", "softmax"), default="crf", help="CRF (default) or per-token softmax")
     model.add_argument("--scheme", choices=("BIO", "BIOES"), default="BIO",
                        help="NER: train in this label scheme (predictions and scores are always BIO/IOB2)")
-    model.add_argument("--elmo", choices=("mix", "top"), default="mix",
-                       help="mix: learned scalar mix of all layers (eq. 1); top: the top layer only")
+    from elmokit.tasks.tagger.model import ELMO_MODES
+
+    modes = [mode for mode in ELMO_MODES if mode != "none"]  # --no-elmo is the baseline
+    model.add_argument("--elmo", choices=modes, default="mix", metavar="MODE",
+                       help="how the layers become features: " + "; ".join(f"{m}: {ELMO_MODES[m]}" for m in modes))
     model.add_argument("--elmo-at-output", action="store_true", help="also add ELMo at the BiLSTM output, own mix")
     model.add_argument("--mix-l2", type=non_negative_float, default=0.001, help="lambda of the L2 penalty on the mix weights")
     model.add_argument("--fine-tune", action="store_true", help="fine-tune the biLM (ELMo models only; slow)")

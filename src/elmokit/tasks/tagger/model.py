@@ -24,6 +24,35 @@ from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 FORMAT_VERSION = 1
 PAD, UNK = "<pad>", "<unk>"  # the first two words of every tagger vocabulary
 
+# How the representation's layers become the task model's features (``TaggerConfig.elmo``).
+# The feature-based rows of BERT's Table 7 (Devlin et al. 2019, CoNLL-2003 dev F1 with BERT-base:
+# embeddings 91.0, second-to-last 95.6, last 94.9, weighted sum last four 95.9, concat last four
+# 96.1, weighted sum all 95.5) and TagLM (Peters et al. 2017) sit beside ELMo's learned mix.
+# "Last four" of a representation with fewer layers (ELMo's 3) is all of them.
+ELMO_MODES = {
+    "mix": "learned scalar mix of all layers (ELMo eq. 1; BERT's 'weighted sum all layers')",
+    "top": "the top layer only (ELMo's 'last only'; BERT's 'last hidden')",
+    "embeddings": "layer 0 only (the context-independent token vectors)",
+    "second-to-last": "the layer below the top (BERT's 'second-to-last hidden')",
+    "mix-last-four": "learned scalar mix of the top four layers (BERT's 'weighted sum last four hidden')",
+    "concat-last-four": "the top four layers concatenated (BERT's 'concat last four hidden')",
+    "taglm": "TagLM: the top layer concatenated to the first BiLSTM layer's output, a second BiLSTM above",
+    "none": "no representation (the baseline)",
+}
+LAST_FOUR = 4
+
+
+def mixed_layer_count(elmo: str, num_layers: int) -> int:
+    """How many layers a learned mix of mode ``elmo`` weighs (0: no mix)."""
+    return {"mix": num_layers, "mix-last-four": min(LAST_FOUR, num_layers)}.get(elmo, 0)
+
+
+def feature_dim(elmo: str, num_layers: int, dim: int) -> int:
+    """The width of the representation features the task model sees in mode ``elmo``."""
+    if elmo == "none":
+        return 0
+    return min(LAST_FOUR, num_layers) * dim if elmo == "concat-last-four" else dim
+
 
 @dataclass(frozen=True, kw_only=True)
 class TaggerConfig:
@@ -55,7 +84,7 @@ class TaggerConfig:
     dropout: float = 0.5
 
     def __post_init__(self) -> None:
-        checks = {"task": ("pos", "ner"), "output": ("crf", "softmax"), "elmo": ("mix", "top", "none")}
+        checks = {"task": ("pos", "ner"), "output": ("crf", "softmax"), "elmo": tuple(ELMO_MODES)}
         for name, allowed in checks.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TaggerConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -63,6 +92,10 @@ class TaggerConfig:
             raise ValueError("an ELMo tagger needs elmo_layers and elmo_dim (from the representation)")
         if self.elmo == "none" and (self.elmo_at_output or self.fine_tune):
             raise ValueError("elmo_at_output and fine_tune need a representation (elmo='mix' or 'top')")
+        if self.elmo == "taglm" and self.elmo_at_output:
+            raise ValueError("elmo='taglm' places the top layer between the two BiLSTM layers; elmo_at_output does not apply")
+        if self.elmo == "second-to-last" and self.elmo_layers < 2:
+            raise ValueError(f"elmo='second-to-last' needs a representation of 2 or more layers, not {self.elmo_layers}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -74,23 +107,28 @@ class TaggerConfig:
 
 
 class TaggerModel(nn.Module):
-    """Word embedding + ELMo mix -> BiLSTM (+ ELMo mix) -> label scores -> CRF or softmax."""
+    """Word embedding + ELMo mix -> BiLSTM (+ ELMo mix) -> label scores -> CRF or softmax.
+
+    With ``elmo="taglm"`` (Peters et al. 2017, eq. 5 there): word embedding -> BiLSTM ->
+    ``[h_k,1; h_k^LM]`` (the LM's top layer) -> a second BiLSTM -> label scores.
+    """
 
     def __init__(self, config: TaggerConfig, vocab_size: int, num_labels: int, labels: Sequence[str]) -> None:
         super().__init__()
         self.config = config
         self.word_embedding = nn.Embedding(vocab_size, config.word_dim, padding_idx=0)
-        use_elmo = config.elmo != "none"
-        if config.elmo == "mix":
-            self.input_mix = ScalarMix(config.elmo_layers)
-            self.output_mix = ScalarMix(config.elmo_layers) if config.elmo_at_output else None
-        else:
-            self.input_mix = self.output_mix = None
+        mixed = mixed_layer_count(config.elmo, config.elmo_layers)
+        self.input_mix = ScalarMix(mixed) if mixed else None
+        self.output_mix = ScalarMix(mixed) if mixed and config.elmo_at_output else None
         self.elmo_dropout = nn.Dropout(config.elmo_dropout)
         self.dropout = nn.Dropout(config.dropout)
-        input_dim = config.word_dim + (config.elmo_dim if use_elmo else 0)
+        features = feature_dim(config.elmo, config.elmo_layers, config.elmo_dim)
+        taglm = config.elmo == "taglm"
+        input_dim = config.word_dim + (0 if taglm else features)
         self.lstm = nn.LSTM(input_dim, config.hidden_dim, batch_first=True, bidirectional=True)
-        output_dim = 2 * config.hidden_dim + (config.elmo_dim if config.elmo_at_output else 0)
+        self.upper_lstm = (nn.LSTM(2 * config.hidden_dim + features, config.hidden_dim, batch_first=True, bidirectional=True)
+                           if taglm else None)
+        output_dim = 2 * config.hidden_dim + (features if config.elmo_at_output else 0)
         self.label_scores = nn.Linear(output_dim, num_labels)
         self.crf = None
         if config.output == "crf":
@@ -99,12 +137,31 @@ class TaggerModel(nn.Module):
         self.bilm: nn.Module | None = None  # set by fine-tuning: runs live on character ids
 
     def _elmo(self, layers: torch.Tensor, mix: ScalarMix | None) -> torch.Tensor:
-        """layers (B, L, T, D) -> ELMo_k (B, T, D) with dropout."""
-        if mix is None:  # "top": the top layer alone
-            mixed = layers[:, -1]
+        """layers (B, L, T, D) -> the features of mode ``config.elmo``, (B, T, D) or (B, T, 4D), with dropout."""
+        mode = self.config.elmo
+        if mix is not None:  # eq. 1: gamma * sum_j softmax(w)_j h_kj, over all layers or the top four
+            chosen = layers if mode == "mix" else layers[:, -min(LAST_FOUR, layers.shape[1]):]
+            features = mix(chosen.transpose(0, 1))
+        elif mode in ("top", "taglm"):
+            features = layers[:, -1]
+        elif mode == "embeddings":
+            features = layers[:, 0]
+        elif mode == "second-to-last":
+            features = layers[:, -2]
+        elif mode == "concat-last-four":
+            top = layers[:, -min(LAST_FOUR, layers.shape[1]):]  # (B, k, T, D), lowest first
+            features = top.permute(0, 2, 1, 3).reshape(top.shape[0], top.shape[2], -1)  # (B, T, k*D)
         else:
-            mixed = mix(layers.transpose(0, 1))  # eq. 1: gamma * sum_j softmax(w)_j h_kj
-        return self.elmo_dropout(mixed)
+            raise ValueError(f"no features in mode {mode!r}")
+        return self.elmo_dropout(features)
+
+    def _bilstm(self, lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """inputs (B, T, I) -> (B, T, 2H); padding never reaches a real position."""
+        lengths = mask.sum(1).cpu()
+        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        hidden, _ = lstm(packed)
+        hidden, _ = pad_packed_sequence(hidden, batch_first=True, total_length=mask.shape[1])
+        return hidden
 
     def emissions(
         self, word_ids: torch.Tensor, mask: torch.Tensor, features: torch.Tensor | None = None,
@@ -122,12 +179,13 @@ class TaggerModel(nn.Module):
                 raise ValueError("an ELMo tagger needs the representation's features (B, L, T, D)")
             else:
                 layers = features
-            pieces.append(self._elmo(layers, self.input_mix))
+            if self.upper_lstm is None:
+                pieces.append(self._elmo(layers, self.input_mix))
         inputs = torch.cat(pieces, dim=-1)  # (B, T, word_dim + D)
-        lengths = mask.sum(1).cpu()
-        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
-        hidden, _ = self.lstm(packed)
-        hidden, _ = pad_packed_sequence(hidden, batch_first=True, total_length=mask.shape[1])  # (B, T, 2H)
+        hidden = self._bilstm(self.lstm, inputs, mask)  # (B, T, 2H)
+        if self.upper_lstm is not None:  # TagLM: [h_k,1; h_k^LM] -> the second BiLSTM
+            lower = torch.cat([self.dropout(hidden), self._elmo(layers, None)], dim=-1)
+            hidden = self._bilstm(self.upper_lstm, lower, mask)
         hidden = self.dropout(hidden)
         if self.config.elmo_at_output:
             hidden = torch.cat([hidden, self._elmo(layers, self.output_mix)], dim=-1)  # [h_k; ELMo'_k]
