@@ -76,8 +76,8 @@ def test_fingerprint_follows_weights_tokenizer_and_pooling(bert_folder, tmp_path
 
 def test_errors_name_the_problem(bert_folder, tmp_path):
     rep = TransformerRepresentation.load(bert_folder[0])
-    with pytest.raises(ValueError, match="sentence 0 .* 16 positions"):
-        rep.embed([["x"] * 15])
+    with pytest.raises(ValueError, match="sentence 1, word 2: 16 subword pieces, more than the 14"):
+        rep.embed([["x"], ["a", "cats", "cat" + "s" * 15]])  # cat ##s x 15
     with pytest.raises(TypeError, match="tokenised"):
         rep.embed(["the cat"])
     with pytest.raises(FileNotFoundError, match="config.json"):
@@ -115,3 +115,38 @@ def test_the_small_preset_is_about_three_million_non_embedding_parameters():
     H, I, L = 256, 1024, 4
     per_layer = 4 * (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H  # attention, 2 LayerNorms, feed-forward
     assert non_embedding_parameters(model.base_model) == L * per_layer == 3_159_040
+
+
+def test_a_sentence_longer_than_the_positions_is_embedded_in_overlapping_windows(bert_folder, hand_tokenizer):
+    folder, model = bert_folder  # 16 positions: 14 pieces a window besides [CLS] and [SEP]
+    rep = TransformerRepresentation.load(folder)
+    words = (["the", "cats", "sat", "on", "a", "mat", ".", "unbelievable", "!", "a", "doggy"] * 3)[:31]
+    sizes = [len(p) for p in rep.encode(words).pieces]
+    windows = rep.windows(0, rep.encode(words))
+    # by hand: each window as many words as fit in 14 pieces, the next starting half-way through it
+    expected, start = [], 0
+    while True:
+        end, used = start, 0
+        while end < len(words) and used + sizes[end] <= 14:
+            used, end = used + sizes[end], end + 1
+        expected.append((start, end))
+        if end == len(words):
+            break
+        start = max(start + 1, start + (end - start) // 2)
+    assert windows == expected and len(windows) > 2
+    array = rep.embed([words])[0]
+    assert array.shape == (3, len(words), 32)
+    for word in range(len(words)):
+        context = {w: min(word - s, e - 1 - word) for w, (s, e) in enumerate(windows) if s <= word < e}
+        chosen = max(context, key=lambda w: (context[w], -w))
+        s, e = windows[chosen]
+        ids = hand_tokenizer(words[s:e], is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():  # the oracle: the HF model's own hidden states on that window alone
+            hidden = torch.stack(model.bert(input_ids=ids["input_ids"], output_hidden_states=True).hidden_states)[:, 0]
+        positions = [p for p, w in enumerate(ids.word_ids()) if w == word - s]
+        np.testing.assert_allclose(array[:, word], hidden[:, positions].mean(1).numpy(), rtol=1e-5, atol=1e-6)
+    # the same in any batch, and a word's vector comes from a window where it has context on both sides
+    assert np.array_equal(rep.embed([["a", "mat"], words, ["x"]])[1], array)
+    middle = len(words) // 2
+    s, e = windows[max(range(len(windows)), key=lambda w: min(middle - windows[w][0], windows[w][1] - 1 - middle))]
+    assert min(middle - s, e - 1 - middle) >= (e - s) // 4

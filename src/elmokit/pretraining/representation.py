@@ -26,8 +26,13 @@ together differ from one at a time in the last bits at small widths. So by defau
 ``batch_size > 1`` groups sentences of the same subword length (no padding) for speed, equal to the
 default within float rounding (~1e-6), not bit for bit.
 
-Length. A sentence with more pieces than the model has positions raises ValueError naming it
-(embedding in overlapping windows is not written yet).
+Length. A sentence with more pieces than the model has positions is embedded in overlapping windows
+of whole words, each run alone with the template's specials: a window holds as many words as fit,
+the next one starts half-way through it, and each word takes its vectors from the window in which it
+has the most context on its poorer side, ``min(words before, words after)`` (the "maximum context"
+rule of BERT's SQuAD code; ties go to the earlier window). So every word but the sentence's first and
+last few sees at least a quarter of a window on each side, and the result does not depend on what
+else is in the batch. A single word with more pieces than a window holds raises ValueError naming it.
 """
 
 from __future__ import annotations
@@ -148,8 +153,8 @@ class TransformerRepresentation:
                 continue
             encoding = self.encode(words)
             if self.max_pieces is not None and len(encoding.input_ids) > self.max_pieces:
-                raise ValueError(f"sentence {i} ({len(words)} words) is {len(encoding.input_ids)} subword pieces with its "
-                                 f"specials; {self.name} has {self.max_pieces} positions (split the sentence)")
+                results[i] = self._embed_in_windows(i, words, encoding)
+                continue
             encodings[i] = encoding
         if self.batch_size == 1:
             groups = [[i] for i in encodings]
@@ -163,6 +168,43 @@ class TransformerRepresentation:
             for b, i in enumerate(group):
                 results[i] = self._pool(hidden[b], encodings[i]).astype(np.float32, copy=False)
         return results  # type: ignore[return-value]
+
+    def windows(self, index: int, encoding: WordEncoding) -> list[tuple[int, int]]:
+        """The overlapping word windows ``[(start, end), ...]`` of a sentence too long for the model."""
+        specials = sum(encoding.special_mask)
+        capacity = int(self.max_pieces) - specials
+        sizes = [len(p) for p in encoding.pieces]
+        for word, size in enumerate(sizes):
+            if size > capacity:
+                raise ValueError(f"sentence {index}, word {word}: {size} subword pieces, more than the {capacity} a "
+                                 f"window of {self.name} holds ({self.max_pieces} positions, {specials} specials)")
+        windows, start = [], 0
+        while True:
+            end, used = start, 0
+            while end < len(sizes) and used + sizes[end] <= capacity:
+                used += sizes[end]
+                end += 1
+            windows.append((start, end))
+            if end == len(sizes):
+                return windows
+            start = max(start + 1, start + (end - start) // 2)
+
+    def _embed_in_windows(self, index: int, words: Sequence[str], encoding: WordEncoding) -> np.ndarray:
+        """(num_layers, n_words, dim) of a sentence longer than the model's positions (module docstring)."""
+        windows = self.windows(index, encoding)
+        best: list[int] = []  # for each word, the window it takes its vectors from
+        for word in range(len(words)):
+            contexts = [min(word - s, e - 1 - word) if s <= word < e else -1 for s, e in windows]
+            best.append(contexts.index(max(contexts)))
+        out = np.empty((self.num_layers, len(words), self.dim), dtype=np.float32)
+        for w, (start, end) in enumerate(windows):
+            taken = [word for word in range(start, end) if best[word] == w]
+            if not taken:
+                continue
+            window_encoding = self.encode(list(words[start:end]))
+            pooled = self._pool(self._hidden([window_encoding.input_ids])[0], window_encoding)
+            out[:, taken] = pooled[:, [word - start for word in taken]]
+        return out
 
     def embed_sentence(self, words: Sequence[str]) -> np.ndarray:
         return self.embed([words])[0]
