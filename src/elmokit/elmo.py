@@ -148,6 +148,11 @@ class Embedder:
     ``token_cache_size`` spellings are cached (exact; 0 turns it off).
     Implements the ``Representation`` protocol.
 
+    ``tokenizer`` (an ``elmokit.text.corpus.Tokenizer`` or None) is how ``tokenize`` and
+    ``embed_file`` cut raw lines: ``Embedder.load`` sets it to the segmenter a model was trained
+    with (jieba, chars, ...; recorded in ``lm.json``), so raw Chinese lines are cut as the training
+    text was; None (every other model) splits at whitespace.
+
     ``Embedder(bilm)`` works on its own copy of ``bilm`` (``BiLM.copy``: eval mode, the precision
     and the cache are set on the copy), so the caller's model keeps its mode, precision, cache,
     parameters and gradients; later changes to the caller's weights are not seen (make a new
@@ -162,6 +167,7 @@ class Embedder:
         batch_size: int = 64,
         precision: str = "fp32",
         token_cache_size: int = 20_000,
+        tokenizer=None,
         _owned: bool = False,
     ) -> None:
         if not _owned:  # the caller's model: never changed, so work on a copy
@@ -174,6 +180,7 @@ class Embedder:
             self.bilm.enable_token_cache(token_cache_size)  # bit-identical, so on by default
         self.name = name
         self.batch_size = batch_size
+        self.tokenizer = tokenizer
         self._fingerprint: str | None = None
 
     @classmethod
@@ -184,9 +191,15 @@ class Embedder:
 
         ``initial_state``: ``"zero"`` (default) or ``"warm"`` (the folder's warm_state.safetensors,
         written by ``elmokit warm-state``). ``options``: ``batch_size``, ``precision`` ("fp32"
-        exact, "bf16" fast), ``token_cache_size``.
+        exact, "bf16" fast), ``token_cache_size``, ``tokenizer`` (default: the segmenter the model
+        records in ``lm.json``, see ``elmokit.text.corpus.raw_text_tokenizer``; else whitespace).
         """
+        from elmokit.formats import recorded_tokenizer
+        from elmokit.text.corpus import raw_text_tokenizer
+
         bilm = load_bilm(path, stateful=stateful, initial_state=initial_state)
+        if options.get("tokenizer") is None:
+            options["tokenizer"] = raw_text_tokenizer(recorded_tokenizer(path))
         suffix = "+warm" if initial_state == "warm" else ""
         return cls(bilm, name=f"elmo:{Path(str(path)).name}{suffix}", _owned=True, **options)
 
@@ -237,6 +250,10 @@ class Embedder:
     def reset_states(self) -> None:
         self.bilm.reset_states()
 
+    def tokenize(self, text: str) -> list[str]:
+        """One raw line as tokens: the model's segmenter (``tokenizer``), else whitespace split."""
+        return self.tokenizer(text) if self.tokenizer is not None else text.split()
+
     @torch.inference_mode()
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """One biLM call on exactly these sentences (one batch; states carried if stateful)."""
@@ -279,8 +296,9 @@ class Embedder:
         allow_empty_lines: bool = False,
         progress: bool | None = None,
     ):
-        """Embed a file of whitespace-tokenised sentences (one per line) into HDF5 in the layout of
-        the old ``allennlp elmo`` command. See ``elmokit.formats.embedding_hdf5.embed_file``."""
+        """Embed a file of sentences (one per line, cut by ``tokenize``: whitespace-tokenised, or raw
+        text for a model with a segmenter) into HDF5 in the layout of the old ``allennlp elmo`` command.
+        See ``elmokit.formats.embedding_hdf5.embed_file``."""
         from elmokit.formats.embedding_hdf5 import embed_file
 
         return embed_file(

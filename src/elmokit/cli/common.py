@@ -12,11 +12,16 @@ import threading
 from elmokit.formats import ModelFolderError, WeightFileError
 from elmokit.formats.embedding_hdf5 import InputFileError, OutputFileError
 from elmokit.representation import RepresentationError
+from elmokit.text.corpus import TOKENIZER_KINDS
+from elmokit.text.segmenters import SegmenterError
 from elmokit.warm_state import WarmStateError
 
 # Errors that are the user's input, reported as one line without a traceback.
 USER_ERRORS = (InputFileError, OutputFileError, WeightFileError, ModelFolderError, WarmStateError, RepresentationError,
-               FileNotFoundError)
+               FileNotFoundError, SegmenterError)
+
+TOKENIZER_HELP = ("whitespace (str.split), regex (\\w+|[^\\w\\s]), or a word segmenter for text written without "
+                  "spaces: jieba, rjieba, pkuseg (Chinese; pip install 'elmokit[zh]'), chars (every Han character a token)")
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -79,6 +84,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--initial-state", choices=("zero", "warm"), default="zero",
                        help="where every sentence's LSTM state starts: zero (default) or the model's warm state "
                        "(warm_state.safetensors, written by `elmokit warm-state`)")
+
+
+def add_tokenizer_argument(group, *, default: str | None = None, default_help: str = "whitespace",
+                           extra_choices: tuple[str, ...] = (), help_prefix: str = "") -> None:
+    """``--tokenizer KIND``: every kind of ``elmokit.text.corpus.Tokenizer`` (plus ``extra_choices``)."""
+    group.add_argument("--tokenizer", choices=(*TOKENIZER_KINDS, *extra_choices), default=default,
+                       help=f"{help_prefix}{TOKENIZER_HELP} (default: {default_help})")
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from elmokit.cli.common import (
     add_model_arguments,
     add_speed_arguments,
     add_threads_argument,
+    add_tokenizer_argument,
     apply_threads,
     counted,
     load_embedder,
@@ -54,8 +55,7 @@ def register(subparsers) -> None:
                         help="split corpus lines longer than N tokens into pieces (default 100)")
     corpus.add_argument("--dtype", choices=("float16", "float32"), default="float16",
                         help="stored vectors: float16 (default; half the size, cosines within ~1e-3) or float32")
-    corpus.add_argument("--tokenizer", choices=("whitespace", "regex"), default="whitespace",
-                        help="how the query sentence and the corpus lines are cut (regex: \\w+|[^\\w\\s])")
+    add_tokenizer_argument(corpus, default="whitespace", help_prefix="how the query sentence and the corpus lines are cut: ")
     corpus.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch when indexing (default 64)")
     query = parser.add_argument_group("query")
     query.add_argument("--layers", type=number_list(non_negative_int), default=None,

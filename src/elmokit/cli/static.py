@@ -18,6 +18,7 @@ import sys
 
 from elmokit.cli.common import (
     Terminated,
+    add_tokenizer_argument,
     finite_float,
     non_negative_float,
     non_negative_int,
@@ -56,8 +57,7 @@ def _register_train(sub) -> None:
     p.add_argument("--out", required=True, help="run folder to write (refused if it exists and is not empty, unless --force)")
     p.add_argument("--force", action="store_true", help="replace an existing run folder (only once the new one is complete)")
     t = p.add_argument_group("tokenisation")
-    t.add_argument("--tokenizer", choices=("whitespace", "regex"), default=None,
-                   help=r"regex \w+|[^\w\s] (default: words and punctuation apart), or whitespace split")
+    add_tokenizer_argument(t, default=None, default_help="regex, words and punctuation apart; whitespace with --pretokenized")
     t.add_argument("--lowercase", action="store_true", default=None, help="lowercase lines before tokenising (default)")
     t.add_argument("--keep-case", dest="lowercase", action="store_false", help="do not lowercase")
     t.add_argument("--pretokenized", action="store_true",

@@ -24,6 +24,7 @@ from elmokit.cli.arguments import (
 )
 from elmokit.cli.common import (
     add_threads_argument,
+    add_tokenizer_argument,
     apply_threads,
     counted,
     load_representation,
@@ -121,6 +122,7 @@ def _register_predict(sub) -> None:
     p.add_argument("--format", choices=("text", "conll", "conllu"), default="text",
                    help="text: one whitespace-tokenised sentence per line (default); conll/conllu: labelled files")
     p.add_argument("--token-prefix", default="", help="strip this prefix from tokens (conll)")
+    add_tokenizer_argument(p, default="whitespace", help_prefix="--format text: how lines are cut: ")
     p.add_argument("--out", required=True, help="output file (written atomically)")
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch")
     add_threads_argument(p)
@@ -130,13 +132,14 @@ def _register_predict(sub) -> None:
 def _predict(args: argparse.Namespace) -> int:
     from elmokit.tasks.data import TaggingDataError, read_conll, read_conllu, read_text, write_conll
     from elmokit.tasks.tagger import SequenceTagger, TaggerFolderError, main_metric, score
+    from elmokit.text.corpus import Tokenizer
 
     apply_threads(args)
     try:
         tagger = SequenceTagger.load(args.tagger)
         gold = None
         if args.format == "text":
-            sentences = read_text(args.input)
+            sentences = read_text(args.input, Tokenizer(kind=args.tokenizer))
         else:
             gold = read_conllu(args.input) if args.format == "conllu" else read_conll(args.input, token_prefix=args.token_prefix)
             sentences = gold.sentences

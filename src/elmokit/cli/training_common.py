@@ -7,11 +7,11 @@ import argparse
 
 
 def add_tokenizer_arguments(parser: argparse.ArgumentParser, *, default_help: str = "whitespace") -> None:
+    from elmokit.cli.common import add_tokenizer_argument
+
     group = parser.add_argument_group("tokenisation")
-    group.add_argument(
-        "--tokenizer", choices=("whitespace", "regex", "hook"), default=None,
-        help=f"whitespace (str.split), regex (\\w+|[^\\w\\s]) or hook (--tokenizer-hook) (default: {default_help})",
-    )
+    add_tokenizer_argument(group, default=None, default_help=default_help, extra_choices=("hook",),
+                           help_prefix="hook (--tokenizer-hook), ")
     group.add_argument("--tokenizer-hook", default=None,
                        help="'package.module:function' mapping a line to a list of tokens (default: none)")
     group.add_argument("--lowercase", action="store_true", default=None, help="lowercase lines before tokenising (default: off)")

@@ -5,6 +5,7 @@ This module imports the model; the model never imports it (see ``elmokit.formats
 
 from __future__ import annotations
 
+import json
 import os
 from importlib import resources
 from pathlib import Path
@@ -16,6 +17,9 @@ from elmokit.warm_state import load_warm_state
 
 # Models shipped inside the package, loadable by name without any download.
 SHIPPED_MODELS = ("default",)
+
+# What `elmokit train` writes beside the weights: vocabulary size, tokenizer, ... (training.lm.LM_INFO_NAME).
+LM_INFO_NAME = "lm.json"
 
 # Where every sentence's LSTM state starts: zero, or the folder's warm_state.safetensors.
 INITIAL_STATES = ("zero", "warm")
@@ -71,6 +75,22 @@ def load_bilm(path: str | os.PathLike = "default", *, stateful: bool = False, in
     if original is None:
         raise ModelFolderError(f"{directory}: neither config.json nor options.json found")
     return load_original(*original, stateful=stateful, initial_state=initial_state)
+
+
+def recorded_tokenizer(path: str | os.PathLike = "default") -> dict | None:
+    """The tokenizer a native model folder records in ``lm.json`` (``{"kind": "jieba", ...}``, written
+    by ``elmokit train``); None when the folder has no ``lm.json`` or it names none."""
+    info_path = resolve_model_path(path) / LM_INFO_NAME
+    if not info_path.is_file():
+        return None
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelFolderError(f"{info_path}: not readable JSON ({error}); fix: restore the file from the run folder") from None
+    tokenizer = info.get("tokenizer") if isinstance(info, dict) else None
+    if tokenizer is not None and not (isinstance(tokenizer, dict) and isinstance(tokenizer.get("kind"), str)):
+        raise ModelFolderError(f"{info_path}: \"tokenizer\" must be an object with a \"kind\", got {tokenizer!r}")
+    return tokenizer
 
 
 def load_original(

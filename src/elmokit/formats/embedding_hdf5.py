@@ -1,6 +1,8 @@
 """Bulk embedding to HDF5 in the layout of the old ``allennlp elmo`` command (spec §3.11).
 
-Input: one whitespace-tokenised sentence per line (UTF-8). Output: one float32 dataset per line,
+Input: one whitespace-tokenised sentence per line (UTF-8), or raw text when the embedder has a
+segmenter (``Embedder.tokenize``: a model trained on Chinese with ``--tokenizer jieba`` cuts raw lines
+as its training text was cut). Output: one float32 dataset per line,
 keyed by the 0-based line number (or by the sentence with ``use_sentence_keys``):
 ``all`` (L+1, n, 2P), ``top`` (n, 2P) = the last layer, ``average`` (n, 2P) = mean of the layers.
 Unless ``forget_sentences``/``use_sentence_keys``, a dataset ``sentence_to_index`` of shape (1,)
@@ -197,7 +199,8 @@ def _readable_twice(input_file: str | os.PathLike) -> Iterator[tuple[Path | Bina
 BUCKET_BATCHES = 16  # stateless runs sort this many batches' worth of lines by length at a time
 
 
-def _batches(source: Path | BinaryIO, batch_size: int, *, bucket: bool) -> Iterator[list[tuple[int, str]]]:
+def _batches(source: Path | BinaryIO, batch_size: int, *, bucket: bool,
+             length=lambda sentence: len(sentence.split())) -> Iterator[list[tuple[int, str]]]:
     """Batches of (line index, sentence). In file order, or (``bucket``) sorted by length within
     windows of ``BUCKET_BATCHES`` batches, so sentences of similar length share a batch and
     little padding is computed; memory stays bounded by the window."""
@@ -206,7 +209,7 @@ def _batches(source: Path | BinaryIO, batch_size: int, *, bucket: bool) -> Itera
 
     def flush() -> Iterator[list[tuple[int, str]]]:
         if bucket:
-            window.sort(key=lambda item: len(item[1].split()), reverse=True)
+            window.sort(key=lambda item: length(item[1]), reverse=True)
         for start in range(0, len(window), batch_size):
             yield window[start : start + batch_size]
         window.clear()
@@ -269,8 +272,10 @@ def _embed(embedder, source, name, output_path, *, output_format, use_sentence_k
     with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out:
         # Stateful runs must see the file in order (the state flows from line to line); stateless
         # runs are batched by length, and every line still lands under its own key.
-        for batch in _batches(source, embedder.batch_size, bucket=not embedder.stateful):
-            vectors = embedder.embed_batch([sentence.split() for _, sentence in batch])
+        tokenize = getattr(embedder, "tokenize", str.split)  # Embedder.tokenize: the model's segmenter, or split
+        for batch in _batches(source, embedder.batch_size, bucket=not embedder.stateful,
+                              length=lambda sentence: len(tokenize(sentence))):
+            vectors = embedder.embed_batch([tokenize(sentence) for _, sentence in batch])
             for (index, sentence), layers in zip(batch, vectors):
                 key = sentence if use_sentence_keys else str(index)
                 out.create_dataset(key, data=select_output(layers, output_format))

@@ -18,7 +18,7 @@ and the problem (``DataFileError``; ``TaggingDataError`` for the tagging formats
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,11 +217,12 @@ def bioes_to_bio(labels: Sequence[str]) -> list[str]:
     return ["B-" + l[2:] if l.startswith("S-") else "I-" + l[2:] if l.startswith("E-") else l for l in labels]
 
 
-def read_text(path: str | os.PathLike) -> list[list[str]]:
-    """One whitespace-tokenised sentence per line (empty lines are an error naming them)."""
+def read_text(path: str | os.PathLike, tokenize: Callable[[str], list[str]] = str.split) -> list[list[str]]:
+    """One sentence per line, cut by ``tokenize`` (default: whitespace; or an
+    ``elmokit.text.corpus.Tokenizer`` such as jieba for raw Chinese). Empty lines are an error naming them."""
     sentences, empty = [], []
     for number, line in _lines(path):
-        tokens = line.split()
+        tokens = tokenize(line)
         if not tokens:
             empty.append(number)
         sentences.append(tokens)
@@ -231,16 +232,19 @@ def read_text(path: str | os.PathLike) -> list[list[str]]:
     return sentences
 
 
-def read_labelled_tsv(path: str | os.PathLike) -> tuple[list[list[str]], list[str]]:
-    """``label <TAB> whitespace-tokenised sentence`` per line -> (sentences, labels); blank lines skipped."""
+def read_labelled_tsv(path: str | os.PathLike,
+                      tokenize: Callable[[str], list[str]] = str.split) -> tuple[list[list[str]], list[str]]:
+    """``label <TAB> sentence`` per line -> (sentences, labels); blank lines skipped. The sentence is cut
+    by ``tokenize`` (default: whitespace; or an ``elmokit.text.corpus.Tokenizer`` such as jieba)."""
     sentences, labels = [], []
     for number, line in read_lines(path):
         if not line.strip():
             continue
         label, tab, text = line.partition("\t")
-        if not tab or not label or not text.split():
+        tokens = tokenize(text)
+        if not tab or not label or not tokens:
             raise DataFileError(f"{path}:{number}: expected 'label<TAB>sentence'")
-        sentences.append(text.split())
+        sentences.append(tokens)
         labels.append(label)
     if not sentences:
         raise DataFileError(f"{path}: no 'label<TAB>sentence' lines found")

@@ -4,7 +4,9 @@ Files may be plain, ``.xz`` or ``.gz``; they are read line by line and never loa
 :class:`Corpus` can be iterated again and again (gensim makes one pass per epoch) in constant
 memory. Tokenisation is whitespace splitting by default, or a simple regular expression
 (``\\w+|[^\\w\\s]``: runs of word characters, and every other non-space character on its own),
-either one optionally lowercased. The exact choice is recorded by :meth:`Corpus.describe` so a
+or, for text written without spaces (Chinese), a word segmenter by name (``jieba``, ``rjieba``,
+``pkuseg``, ``chars``: ``elmokit.text.segmenters``), any of them optionally lowercased. The exact
+choice is recorded by :meth:`Corpus.describe` so a
 run folder says how its text was cut.
 
 Example::
@@ -32,8 +34,10 @@ from typing import IO
 
 from tqdm import tqdm
 
+from elmokit.text.segmenters import SEGMENTER_KINDS, check_segmenter, segment
+
 DEFAULT_PATTERN = r"\w+|[^\w\s]"
-TOKENIZER_KINDS = ("whitespace", "regex")
+TOKENIZER_KINDS = ("whitespace", "regex", *SEGMENTER_KINDS)
 
 
 class CorpusError(ValueError):
@@ -45,7 +49,9 @@ class Tokenizer:
     """How a line becomes tokens.
 
     Attributes:
-        kind: ``"whitespace"`` (``str.split()``) or ``"regex"`` (``re.findall(pattern, line)``).
+        kind: ``"whitespace"`` (``str.split()``), ``"regex"`` (``re.findall(pattern, line)``), or a
+            segmenter for unsegmented text: ``"jieba"``, ``"rjieba"``, ``"pkuseg"``, ``"chars"``
+            (``elmokit.text.segmenters``; a missing package raises ``SegmenterError`` naming the install).
         lowercase: lowercase the line first (``str.lower``).
         pattern: the regular expression used when ``kind == "regex"``.
     """
@@ -59,13 +65,17 @@ class Tokenizer:
             raise ValueError(f"tokenizer kind {self.kind!r} is not one of {TOKENIZER_KINDS}")
         if self.kind == "regex":
             re.compile(self.pattern)  # fail early on a bad pattern
+        if self.kind in SEGMENTER_KINDS:
+            check_segmenter(self.kind)  # fail early on a missing package
 
     def __call__(self, line: str) -> list[str]:
         if self.lowercase:
             line = line.lower()
         if self.kind == "whitespace":
             return line.split()
-        return _compiled(self.pattern).findall(line)
+        if self.kind == "regex":
+            return _compiled(self.pattern).findall(line)
+        return segment(self.kind, line)
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -76,6 +86,20 @@ class Tokenizer:
     @classmethod
     def from_dict(cls, data: dict) -> Tokenizer:
         return cls(**{k: v for k, v in data.items() if k in {"kind", "lowercase", "pattern"}})
+
+
+def raw_text_tokenizer(recorded: dict | None) -> Tokenizer | None:
+    """How a loaded model cuts the raw lines it is given (``elmokit embed``, ``Embedder.tokenize``).
+
+    ``recorded`` is the tokenizer a model was trained with (``lm.json``). A segmenter for
+    unsegmented text (jieba, rjieba, pkuseg, chars) is used again, so raw Chinese lines are cut as
+    the training text was. Anything else gives None: lines are whitespace-tokenised, as the old
+    ``allennlp elmo`` command read them (a whitespace or regex model is given tokenised text; models
+    without ``lm.json`` and original-format ones record nothing).
+    """
+    if not recorded or recorded.get("kind") not in SEGMENTER_KINDS:
+        return None
+    return Tokenizer.from_dict(recorded)
 
 
 _PATTERNS: dict[str, re.Pattern] = {}
