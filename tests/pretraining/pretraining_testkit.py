@@ -44,3 +44,36 @@ def need_transformers() -> None:
     """Skip unless the 'transformers' extra (transformers + tokenizers) is installed."""
     for name in ("transformers", "tokenizers"):
         pytest.importorskip(name, reason="needs the 'transformers' extra: pip install -e '.[transformers]'")
+
+
+# ---- pretraining runs (tests/pretraining/test_pretraining_run.py) ---------------------------------
+
+CORPUS_WORDS = ("the cat sat on a mat while dogs ran over hills and rivers under bright skies of long summer days "
+                "Anna told Boris that unbelievable stories travel far").split()
+
+
+def write_document_corpus(path, *, documents: int = 8, seed: int = 1) -> None:
+    """Documents separated by blank lines, one paragraph a line, 1-4 sentences a paragraph (seeded)."""
+    import random
+
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(documents):
+        for _ in range(6):
+            sentences = [" ".join(rng.choice(CORPUS_WORDS) for _ in range(rng.randint(3, 12))).capitalize()
+                         + rng.choice([".", "!", "?"]) for _ in range(rng.randint(1, 4))]
+            lines.append(" ".join(sentences))
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def pretrain_ddp_worker(rank: int, world_size: int, init_method: str, run_dir: str, corpus: str, config: dict) -> None:
+    """One rank of the data-parallel pretraining test (run by torch.multiprocessing in a fresh process)."""
+    import torch
+
+    from elmokit.pretraining.run import PretrainConfig, pretrain
+    from elmokit.training.distributed import DistributedContext
+
+    torch.set_num_threads(1)
+    pretrain(run_dir, corpus=corpus, config=PretrainConfig.from_dict(config), command="ddp test", progress=False,
+             context=DistributedContext(rank, world_size, rank), init_method=init_method, dist_timeout_s=60, device="cpu")

@@ -19,11 +19,13 @@ ends with bit-identical weights to an uninterrupted run on the same machine and 
 Data parallelism. Under torchrun every rank builds the same global batch and trains on its
 share; the loss is normalised by the global number of targets times the world size, so after
 DDP's gradient averaging the update equals one process's on the whole global batch.
+
+Shared with the pretraining loop (``loop.py``): the command record, metrics, progress, non-finite
+steps, the RNG states of a checkpoint; ``checkpoint.py`` and ``distributed.py`` as they are.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import math
@@ -40,8 +42,6 @@ from elmokit.bilm import BiLMConfig
 from elmokit.io import atomic_path
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.checkpoint import (
-    decode_rng,
-    encode_rng,
     file_sha256,
     latest_checkpoint,
     latest_good_checkpoint,
@@ -52,6 +52,21 @@ from elmokit.training.config import RESUMABLE_CHANGES, TrainingConfig
 from elmokit.training.data import Batch, Position, SentenceStream, batches, make_tokenizer
 from elmokit.training.distributed import DistributedContext
 from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
+from elmokit.training.loop import (
+    MetricsLog,
+    NonFiniteError,
+    RunError,
+    eta_text,
+    gather_rng_states,
+    last_logged_loss,
+    nonfinite_error,
+    progress_bar,
+    read_commands,
+    read_metrics,
+    record_command,
+    restore_rng_states,
+    truncate_metrics,
+)
 from elmokit.training.vocab import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -59,12 +74,10 @@ logger = logging.getLogger(__name__)
 RUN_FORMAT_VERSION = 1
 
 
-class RunError(ValueError):
-    """A run folder that does not fit the request; the message says what differs and the fix."""
+__all__ = ["RunError", "NonFiniteError", "TrainResult", "read_run", "train", "read_metrics"]
 
-
-class NonFiniteError(RunError):
-    """A step's loss or gradient was NaN or infinite (more often than ``skip_nonfinite_steps``)."""
+# The names these helpers had here before they moved to loop.py (kept: other modules import them).
+_truncate_metrics, _last_logged_loss, _progress_bar = truncate_metrics, last_logged_loss, progress_bar
 
 
 @dataclass
@@ -242,7 +255,8 @@ class _Run:
         self._build_model()
         self.step, self.tokens_seen, self.elapsed_before, self.position = 0, 0, 0.0, Position()
         self.skipped = 0  # steps skipped for a non-finite loss or gradient (training.skip_nonfinite_steps)
-        self.history: list[dict] = []
+        self.metrics = MetricsLog(run_dir / "metrics.jsonl", context.is_main)
+        self.history: list[dict] = self.metrics.history
         self.valid_sentences = None
         return self
 
@@ -268,9 +282,7 @@ class _Run:
         }
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            stamp = datetime.datetime.now().isoformat(timespec="seconds")
-            with open(run_dir / "command.txt", "a", encoding="utf-8") as handle:
-                handle.write(f"{stamp}  world_size={context.world_size}  {command}\n")
+            record_command(run_dir, command, context.world_size)
             if not exists:
                 with atomic_path(run_dir / "config.json") as tmp:
                     Path(tmp).write_text(json.dumps(self.model_config.to_dict(), indent=2) + "\n")
@@ -307,18 +319,7 @@ class _Run:
         self.elapsed_before = state["elapsed_s"]
         self.position = Position.from_dict(state["position"])
         self.skipped = state.get("skipped_nonfinite", 0)
-        if state["world_size"] == context.world_size:
-            torch.set_rng_state(decode_rng(state["rng"][context.rank]))
-            if device.type == "cuda" and state.get("cuda_rng"):
-                torch.cuda.set_rng_state(decode_rng(state["cuda_rng"][context.rank]))
-        else:
-            logger.warning("resuming %d ranks from a %d-rank checkpoint: dropout masks will differ from an "
-                           "uninterrupted run", context.world_size, state["world_size"])
-        threads = state.get("threads")
-        if threads is not None and threads != torch.get_num_threads() and device.type == "cpu":
-            logger.warning("the checkpoint was written with %d CPU threads, this run uses %d: the weights will not be "
-                           "bit-identical to an uninterrupted run (pass --threads %d for that)",
-                           threads, torch.get_num_threads(), threads)
+        restore_rng_states(state, context, device)
         logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.step, self.tokens_seen)
 
     # ---- the loop
@@ -326,9 +327,9 @@ class _Run:
     def prepare_loop(self) -> None:
         context, model, training = self.context, self.model, self.training
         if context.is_main:
-            _truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
+            truncate_metrics(self.run_dir / "metrics.jsonl", self.step)
         # for the card, if no step runs in this call
-        self.last_loss = _last_logged_loss(self.run_dir / "metrics.jsonl") if context.is_main else None
+        self.last_loss = last_logged_loss(self.run_dir / "metrics.jsonl") if context.is_main else None
         self.train_model = model
         if context.enabled:
             import warnings
@@ -341,7 +342,7 @@ class _Run:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(model, device_ids=device_ids)
         model.train()
-        self.bar = _progress_bar(self.progress and context.is_main, training.max_steps, self.step)
+        self.bar = progress_bar(self.progress and context.is_main, training.max_steps, self.step)
         self.start_time = time.perf_counter()
         self.window_tokens, self.window_start = 0, time.perf_counter()
         self.tokens_at_start, self.first_step, self.last_saved = self.tokens_seen, self.step, self.step
@@ -384,10 +385,7 @@ class _Run:
             self.bar.close()
 
     def _write_metrics(self, entry: dict) -> None:
-        self.history.append(entry)
-        if self.context.is_main:
-            with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(entry) + "\n")
+        self.metrics.write(entry)
 
     def _log_step(self, batch: Batch, outcome: _StepOutcome) -> None:
         now = time.perf_counter()
@@ -400,11 +398,7 @@ class _Run:
         self.window_tokens, self.window_start = 0, now
         self._write_metrics(entry)
         if self.context.is_main and self.bar is None:  # plain log lines for batch jobs
-            run_s = time.perf_counter() - self.start_time
-            eta = ""
-            if self.training.max_steps is not None and self.step > self.first_step:
-                left = (self.training.max_steps - self.step) * run_s / (self.step - self.first_step)
-                eta = f"  ETA {datetime.timedelta(seconds=round(left))}"
+            eta = eta_text(self.training.max_steps, self.step, self.first_step, time.perf_counter() - self.start_time)
             logger.info("step %d  loss %.4f  ppl %.1f  %.0f tok/s%s", self.step, outcome.loss, entry["ppl"],
                         entry["tokens_per_s"], eta)
 
@@ -413,16 +407,8 @@ class _Run:
         training = self.training
         self.skipped += 1
         if self.skipped > training.skip_nonfinite_steps:
-            kept = latest_checkpoint(self.checkpoints)
-            kept_text = (f"the last checkpoint, {kept}, holds finite weights and is kept" if kept is not None
-                         else "no checkpoint had been written yet")
-            allowance = (f"; {training.skip_nonfinite_steps} such step(s) may be skipped and that many were"
-                         if training.skip_nonfinite_steps else "")
-            raise NonFiniteError(
-                f"step {self.step}: non-finite {outcome.what()} (loss {outcome.loss}, gradient norm {outcome.grad_norm}); "
-                f"training stopped before applying it{allowance}; {kept_text}. Fix: lower --lr (now {training.lr}) or "
-                f"--loss-scale (now {training.loss_scale}), or skip such steps with --skip-nonfinite-steps N, then --resume"
-            )
+            raise nonfinite_error(self.step, outcome.what(), outcome.loss, outcome.grad_norm, training.skip_nonfinite_steps,
+                                  self.checkpoints, f"lower --lr (now {training.lr}) or --loss-scale (now {training.loss_scale})")
         logger.warning("step %d: non-finite %s; step skipped (%d of at most %d)", self.step, outcome.what(),
                        self.skipped, training.skip_nonfinite_steps)
         self._write_metrics({"step": self.step, "skipped": f"non-finite {outcome.what()}", "skipped_nonfinite": self.skipped,
@@ -462,18 +448,13 @@ class _Run:
 
     def save(self) -> None:
         context, device = self.context, self.device
-        all_rng = context.all_gather_bytes(torch.get_rng_state().to(torch.int32), device)
-        cuda_rng = None
-        if device.type == "cuda":
-            cuda_states = context.all_gather_bytes(torch.cuda.get_rng_state().to(torch.int32), device)
-            cuda_rng = [encode_rng(t.to(torch.uint8)) for t in cuda_states]
+        rng_states = gather_rng_states(context, device)
         if context.is_main:
             write_checkpoint(
                 self.checkpoints, self.step,
                 model_state=self.model.state_dict(), optimizer=self.optimizer, param_names=self.names,
                 state={"step": self.step, "tokens": self.tokens_seen, "position": self.position.to_dict(),
-                       "elapsed_s": self.elapsed(), "world_size": context.world_size,
-                       "rng": [encode_rng(t.to(torch.uint8)) for t in all_rng], "cuda_rng": cuda_rng,
+                       "elapsed_s": self.elapsed(), "world_size": context.world_size, **rng_states,
                        "skipped_nonfinite": self.skipped, "threads": torch.get_num_threads()},
                 keep=self.training.keep_checkpoints,
             )
@@ -489,8 +470,7 @@ class _Run:
         model_dir = None
         if self.context.is_main:
             self.model.eval()
-            commands = [line.split("  ", 2)[-1] for line in (self.run_dir / "command.txt").read_text().splitlines()
-                        if line.strip()]
+            commands = read_commands(self.run_dir)
             n_params_bilm = sum(p.numel() for p in self.model.bilm.parameters())
             n_softmax = self.model.softmax_weight.numel() + self.model.softmax_bias.numel()
             card = _card(self.model_config, self.training, self.record, self.vocabulary, n_params_bilm, n_softmax,
@@ -535,38 +515,3 @@ def _step(train_model, model: LanguageModel, optimizer, batch: Batch, vocabulary
     else:
         optimizer.zero_grad(set_to_none=True)
     return outcome
-
-
-def _last_logged_loss(path: Path) -> float | None:
-    if not path.exists():
-        return None
-    losses = [e["loss"] for e in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if "loss" in e]
-    return losses[-1] if losses else None
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past ``step`` (written after the checkpoint a resumed run restarts from)."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError):
-            continue  # a line cut by a kill
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-
-
-def _progress_bar(enabled: bool, total: int | None, initial: int):
-    if not (enabled and sys.stderr.isatty()):
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, unit="step", desc="training", dynamic_ncols=True)
-
-
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

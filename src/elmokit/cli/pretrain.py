@@ -1,0 +1,152 @@
+"""`elmokit pretrain`: pretrain a transformer objective (BERT, RoBERTa, WWM, SpanBERT, GPT, GPT-2, ...) on a corpus.
+
+    elmokit pretrain --objective bert --corpus 'data/train.*.txt.xz' --out runs/bert --preset small --max-steps 20000
+    torchrun --nproc_per_node 2 -m elmokit.cli.main pretrain ...   # the same command, 2 ranks
+    elmokit pretrain --out runs/bert --resume                         # continue exactly where it stopped
+
+The library does the work (``elmokit.pretraining.run.pretrain``); this module maps flags onto a
+``PretrainConfig``. With --resume every setting not given is the run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import sys
+
+from elmokit.cli.common import non_negative_int, positive_float, positive_int
+from elmokit.cli.training_common import SettingError, run_training_command
+
+# flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
+# shows PretrainConfig's default.
+PRETRAIN_FLAGS = {
+    "preset": ("--preset", str, "model size from models.PRESETS: tiny (2 x 32), mini (2 x 128), small (4 x 256)"),
+    "max_steps": ("--max-steps", positive_int, "stop after this many optimiser steps"),
+    "epochs": ("--epochs", positive_int, "stop after this many passes over the corpus"),
+    "seed": ("--seed", non_negative_int, "seed of the weights, data order, masks and dropout"),
+    "batch_size": ("--batch-size", positive_int, "examples per global batch"),
+    "lr": ("--lr", positive_float, "peak AdamW learning rate"),
+    "warmup_steps": ("--warmup-steps", positive_int, "linear warmup steps (none: 1%% of --max-steps)"),
+    "weight_decay": ("--weight-decay", float, "AdamW decoupled weight decay (not on biases and LayerNorm)"),
+    "beta2": ("--beta2", float, "AdamW beta2 (BERT 0.999, RoBERTa 0.98)"),
+    "clip_norm": ("--clip-norm", positive_float, "clip the global gradient norm to this"),
+    "max_tokens": ("--max-tokens", positive_int, "longest example in subword tokens (none: the preset's positions)"),
+    "dropout": ("--dropout", float, "dropout everywhere (none: the preset's)"),
+    "tokenizer_dir": ("--tokenizer", str, "a tokenizer folder to use instead of training one on the corpus"),
+    "vocab_size": ("--vocab-size", positive_int, "subword vocabulary size of the tokenizer trained on the corpus"),
+    "tokenizer_lines": ("--tokenizer-lines", positive_int, "train the tokenizer on the first N sentences of the corpus"),
+    "checkpoint_every": ("--checkpoint-every", positive_int, "write a checkpoint every N steps (and always at the end)"),
+    "keep_checkpoints": ("--keep-checkpoints", positive_int, "keep the newest N checkpoints"),
+    "log_every": ("--log-every", positive_int, "append to metrics.jsonl every N steps"),
+    "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
+                             "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
+}
+
+
+def _default_text(field_name: str) -> str:
+    from elmokit.pretraining.run import PretrainConfig
+
+    default = {f.name: f.default for f in dataclasses.fields(PretrainConfig)}[field_name]
+    return "none" if default is None else str(default)
+
+
+def register(subparsers) -> None:
+    from elmokit.pretraining.objectives import OBJECTIVES
+
+    parser = subparsers.add_parser(
+        "pretrain",
+        help="pretrain a transformer (BERT, RoBERTa, WWM, SpanBERT, GPT, GPT-2) on a corpus (resumable, torchrun)",
+        description="Pretrain a transformers model with one of the objectives that followed ELMo, on the training "
+        "loop `elmokit train` uses. The run folder --out records the command, the resolved config, the tokenizer, "
+        "metrics (metrics.jsonl), checkpoints, and at the end a standard HF model folder (--out/model) that "
+        "`--model DIR` reads. Objectives: " + "; ".join(f"{k}: {v.summary}" for k, v in OBJECTIVES.items()),
+    )
+    parser.add_argument("--objective", choices=sorted(OBJECTIVES), default=None,
+                        help="the pretraining objective (default: the resumed run's)")
+    parser.add_argument("--corpus", action="append", default=None,
+                        help="training files or glob (plain, .xz, .gz): one paragraph a line, documents separated by a "
+                        "blank line; repeatable (default: the resumed run's)")
+    parser.add_argument("--out", required=True, help="run folder (created; must be new unless --resume)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
+    parser.add_argument("--sbo", action="store_true", default=None,
+                        help="spanbert: add the span boundary objective (default: off)")
+    for field_name, (flag, kind, text) in PRETRAIN_FLAGS.items():
+        parser.add_argument(flag, dest=field_name, type=kind, default=None, help=f"{text} (default: {_default_text(field_name)})")
+    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    parser.set_defaults(func=lambda args: run_training_command("pretrain", run, args))
+
+
+def resolve(args: argparse.Namespace):
+    """(PretrainConfig, corpus patterns) from the flags, over the resumed run's settings."""
+    from pathlib import Path
+
+    from elmokit.pretraining.run import PretrainConfig, read_pretrain_run
+
+    given = {name: getattr(args, name) for name in PRETRAIN_FLAGS if getattr(args, name) is not None}
+    if args.objective is not None:
+        given["objective"] = args.objective
+    if args.sbo is not None:
+        given["sbo"] = bool(args.sbo)
+    corpus = args.corpus
+    base: dict = {}
+    if args.resume:
+        if not (Path(args.out) / "training.json").exists():
+            raise SettingError(f"--resume: {args.out} holds no pretraining run (no training.json); start it without --resume")
+        saved, record = read_pretrain_run(Path(args.out))
+        base = saved.to_dict()
+        base.pop("format_version")
+        corpus = corpus or record["corpus"]["patterns"]  # the schedule (warmup, decay_steps) stays the run's
+    else:
+        missing = [flag for flag, value in (("--objective", args.objective), ("--corpus", corpus)) if value is None]
+        if missing:
+            raise SettingError(f"a new run needs {' and '.join(missing)}")
+    try:
+        return PretrainConfig(**{**base, **given}), corpus
+    except (TypeError, ValueError) as error:
+        raise SettingError(str(error)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from elmokit.pretraining.run import pretrain
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config, corpus = resolve(args)
+    if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
+        print("pretraining config:", json.dumps(config.to_dict()), file=sys.stderr)
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    command = "elmokit " + " ".join(shlex.quote(a) for a in argv)
+    try:
+        result = pretrain(args.out, corpus=corpus, config=config, resume=args.resume, command=command, device=args.device)
+    except KeyboardInterrupt as stop:
+        return _interrupted(args, stop)
+    if result.model_dir is not None:
+        loss = f"{result.loss:.4f}" if result.loss is not None else "n/a"
+        print(f"elmokit pretrain: step {result.step}, {result.tokens:,} tokens, last loss {loss}; "
+              f"model in {result.model_dir}", file=sys.stderr)
+    return 0
+
+
+def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP: say which checkpoint the run folder keeps and how to go on."""
+    import signal
+    from pathlib import Path
+
+    from elmokit.training.checkpoint import latest_checkpoint
+
+    signum = getattr(stop, "signum", None)
+    how = f"stopped by {signal.Signals(signum).name}" if signum else "interrupted"
+    kept = latest_checkpoint(Path(args.out) / "checkpoints")
+    resume = f"elmokit pretrain --out {shlex.quote(str(args.out))} --resume"
+    if kept is not None:
+        print(f"elmokit pretrain: {how}; the run folder keeps checkpoint {kept}; continue with: {resume}", file=sys.stderr)
+    else:
+        print(f"elmokit pretrain: {how} before the first checkpoint; continue (from step 0) with: {resume}",
+              file=sys.stderr)
+    return 128 + signum if signum else 130

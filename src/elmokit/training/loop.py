@@ -1,0 +1,289 @@
+"""What every training loop here shares: the run folder's command record, metrics as JSON lines,
+progress with tokens/s and ETA, non-finite steps, RNG states for exact resume, and a generic step loop.
+
+Two loops use these pieces: the biLM's (``trainer.py``, which keeps its own loop body so that its
+golden loss curve and fault behaviour stay exactly as they were) and the transformer pretraining
+objectives' (``elmokit.pretraining.run``, which runs on :class:`StepLoop`). Checkpoints are
+``checkpoint.py``'s (atomic folders with SHA256SUMS, set aside when damaged), data parallelism is
+``distributed.py``'s.
+
+Metrics (``metrics.jsonl``): one JSON object a line; a line with ``loss`` is a logged training step
+(``step``, ``tokens`` seen so far, ``tokens_per_s`` over the steps since the previous line, ``elapsed_s``
+over every call of the run); a line with ``skipped`` is a step whose loss or gradient was not finite.
+A resumed run first drops the lines past its checkpoint's step, so the file reads as one run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from elmokit.io import atomic_path
+from elmokit.training.checkpoint import decode_rng, encode_rng, latest_checkpoint
+from elmokit.training.distributed import DistributedContext
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "RunError", "NonFiniteError", "record_command", "read_commands", "truncate_metrics", "last_logged_loss",
+    "read_metrics", "MetricsLog", "progress_bar", "gather_rng_states", "restore_rng_states", "nonfinite_error",
+    "StepOutcome", "StepLoop",
+]
+
+
+class RunError(ValueError):
+    """A run folder that does not fit the request; the message says what differs and the fix."""
+
+
+class NonFiniteError(RunError):
+    """A step's loss or gradient was NaN or infinite (more often than ``skip_nonfinite_steps``)."""
+
+
+# ---- the run folder's record ----------------------------------------------------------------------
+
+
+def record_command(run_dir: Path, command: str, world_size: int) -> None:
+    """Append ``<time>  world_size=N  <command>`` to ``command.txt`` (every command that ran here)."""
+    stamp = datetime.datetime.now().isoformat(timespec="seconds")
+    with open(run_dir / "command.txt", "a", encoding="utf-8") as handle:
+        handle.write(f"{stamp}  world_size={world_size}  {command}\n")
+
+
+def read_commands(run_dir: Path) -> list[str]:
+    """The commands recorded in ``command.txt``, oldest first, without their time stamps."""
+    path = run_dir / "command.txt"
+    if not path.exists():
+        return []
+    return [line.split("  ", 2)[-1] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ---- metrics ----------------------------------------------------------------------------------------
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric lines past ``step`` (written after the checkpoint a resumed run restarts from)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError):
+            continue  # a line cut by a kill
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+def last_logged_loss(path: Path) -> float | None:
+    if not path.exists():
+        return None
+    losses = [e["loss"] for e in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if "loss" in e]
+    return losses[-1] if losses else None
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass
+class MetricsLog:
+    """Appends entries to ``metrics.jsonl`` (main rank only) and keeps them in ``history`` (every rank)."""
+
+    path: Path
+    is_main: bool = True
+    history: list[dict] = field(default_factory=list)
+
+    def write(self, entry: dict) -> None:
+        self.history.append(entry)
+        if self.is_main:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(entry) + "\n")
+
+
+def progress_bar(enabled: bool, total: int | None, initial: int, desc: str = "training"):
+    """A tqdm bar on a terminal, else None (the loops then write plain log lines)."""
+    if not (enabled and sys.stderr.isatty()):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", desc=desc, dynamic_ncols=True)
+
+
+def eta_text(max_steps: int | None, step: int, first_step: int, run_s: float) -> str:
+    """``"  ETA 0:01:23"`` from the pace of the steps run in this call, or ``""``."""
+    if max_steps is None or step <= first_step:
+        return ""
+    left = (max_steps - step) * run_s / (step - first_step)
+    return f"  ETA {datetime.timedelta(seconds=round(left))}"
+
+
+# ---- exact resume: every rank's torch RNG ---------------------------------------------------------
+
+
+def gather_rng_states(context: DistributedContext, device: torch.device) -> dict:
+    """``{"rng": [per rank], "cuda_rng": [per rank] | None}`` (base64) for ``state.json``; every rank
+    must call it (it gathers)."""
+    all_rng = context.all_gather_bytes(torch.get_rng_state().to(torch.int32), device)
+    cuda_rng = None
+    if device.type == "cuda":
+        cuda_states = context.all_gather_bytes(torch.cuda.get_rng_state().to(torch.int32), device)
+        cuda_rng = [encode_rng(t.to(torch.uint8)) for t in cuda_states]
+    return {"rng": [encode_rng(t.to(torch.uint8)) for t in all_rng], "cuda_rng": cuda_rng}
+
+
+def restore_rng_states(state: dict, context: DistributedContext, device: torch.device) -> None:
+    """This rank's torch RNG from a checkpoint's ``state.json`` (a warning when the world size or the
+    thread count differs: dropout masks, or the float summation order, then differ from an uninterrupted run)."""
+    if state["world_size"] == context.world_size:
+        torch.set_rng_state(decode_rng(state["rng"][context.rank]))
+        if device.type == "cuda" and state.get("cuda_rng"):
+            torch.cuda.set_rng_state(decode_rng(state["cuda_rng"][context.rank]))
+    else:
+        logger.warning("resuming %d ranks from a %d-rank checkpoint: dropout masks will differ from an "
+                       "uninterrupted run", context.world_size, state["world_size"])
+    threads = state.get("threads")
+    if threads is not None and threads != torch.get_num_threads() and device.type == "cpu":
+        logger.warning("the checkpoint was written with %d CPU threads, this run uses %d: the weights will not be "
+                       "bit-identical to an uninterrupted run (pass --threads %d for that)",
+                       threads, torch.get_num_threads(), threads)
+
+
+# ---- non-finite steps ------------------------------------------------------------------------------
+
+
+def nonfinite_error(step: int, what: str, loss: float, grad_norm: float, allowed: int, checkpoints: Path,
+                    fix: str) -> NonFiniteError:
+    """The error that stops a run at a non-finite step past its allowance; ``fix`` names the flags to change."""
+    kept = latest_checkpoint(checkpoints)
+    kept_text = (f"the last checkpoint, {kept}, holds finite weights and is kept" if kept is not None
+                 else "no checkpoint had been written yet")
+    allowance = f"; {allowed} such step(s) may be skipped and that many were" if allowed else ""
+    return NonFiniteError(
+        f"step {step}: non-finite {what} (loss {loss}, gradient norm {grad_norm}); training stopped before applying "
+        f"it{allowance}; {kept_text}. Fix: {fix}, or skip such steps with --skip-nonfinite-steps N, then --resume"
+    )
+
+
+@dataclass
+class StepOutcome:
+    """What one optimiser step reports: the mean loss over the global batch, the gradient norm before
+    clipping, the loss's parts (e.g. ``{"mlm": .., "nsp": ..}``) and the tokens the global batch held."""
+
+    loss: float
+    grad_norm: float
+    tokens: int
+    parts: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self.loss) and math.isfinite(self.grad_norm)
+
+    def what(self) -> str:
+        parts = [name for name, value in (("loss", self.loss), ("gradient", self.grad_norm)) if not math.isfinite(value)]
+        return " and ".join(parts)
+
+
+# ---- the generic loop ------------------------------------------------------------------------------
+
+
+@dataclass
+class StepLoop:
+    """The loop body shared by objectives: take a batch, step, count tokens, log, skip non-finite
+    steps (at most ``skip_nonfinite_steps``), checkpoint every ``checkpoint_every`` steps.
+
+    The caller gives ``batches`` (an iterator of ``(batch, epoch)``; a batch is whatever ``step_fn``
+    takes), ``step_fn(batch, step) -> StepOutcome`` (applies the update only when finite), ``save()``
+    and ``fix`` (the flags to change when a step is not finite, for the error). The loop's counters
+    (``step``, ``tokens``, ``skipped``, ``last_loss``) are read and set by the caller around it (resume).
+    """
+
+    batches: Iterator[tuple[Any, int]]
+    step_fn: Callable[[Any, int], StepOutcome]
+    save: Callable[[], None]
+    metrics: MetricsLog
+    checkpoints: Path
+    max_steps: int | None
+    epochs: int | None
+    log_every: int
+    checkpoint_every: int
+    skip_nonfinite_steps: int = 0
+    fix: str = "lower --lr"
+    progress: bool = True
+    is_main: bool = True
+    elapsed_before: float = 0.0
+    step: int = 0
+    tokens: int = 0
+    skipped: int = 0
+    last_loss: float | None = None
+    on_step: Callable[[StepOutcome], dict] | None = None  # extra fields for a logged line (e.g. the lr)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.start_time
+
+    def run(self) -> None:
+        self.start_time = time.perf_counter()
+        window_tokens, window_start = 0, time.perf_counter()
+        first_step, tokens_at_start = self.step, self.tokens
+        bar = progress_bar(self.progress and self.is_main, self.max_steps, self.step, desc="pretraining")
+        try:
+            while self.max_steps is None or self.step < self.max_steps:
+                item = next(self.batches, None)
+                if item is None:
+                    break
+                batch, epoch = item
+                if self.epochs is not None and epoch >= self.epochs:
+                    break
+                self.step += 1
+                outcome = self.step_fn(batch, self.step)
+                self.tokens += outcome.tokens
+                window_tokens += outcome.tokens
+                if outcome.finite:
+                    self.last_loss = outcome.loss
+                    if self.step % self.log_every == 0 or self.step == self.max_steps:
+                        now = time.perf_counter()
+                        rate = window_tokens / max(now - window_start, 1e-9)
+                        entry = {"step": self.step, "epoch": epoch, "loss": outcome.loss, **outcome.parts,
+                                 "grad_norm": outcome.grad_norm, "tokens": self.tokens, "tokens_per_s": rate,
+                                 "elapsed_s": round(self.elapsed(), 3), "skipped_nonfinite": self.skipped,
+                                 **outcome.extra, **(self.on_step(outcome) if self.on_step else {})}
+                        window_tokens, window_start = 0, now
+                        self.metrics.write(entry)
+                        if self.is_main and bar is None:
+                            eta = eta_text(self.max_steps, self.step, first_step, time.perf_counter() - self.start_time)
+                            parts = "".join(f"  {k} {v:.4f}" for k, v in outcome.parts.items())
+                            logger.info("step %d  loss %.4f%s  %.0f tok/s%s", self.step, outcome.loss, parts, rate, eta)
+                else:
+                    self._skip(outcome)
+                if bar is not None:
+                    bar.update(1)
+                    rate = (self.tokens - tokens_at_start) / max(time.perf_counter() - self.start_time, 1e-9)
+                    bar.set_postfix(loss=f"{outcome.loss:.3f}", tok_s=f"{rate:.0f}", refresh=False)
+                if self.step % self.checkpoint_every == 0:
+                    self.save()
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _skip(self, outcome: StepOutcome) -> None:
+        self.skipped += 1
+        if self.skipped > self.skip_nonfinite_steps:
+            raise nonfinite_error(self.step, outcome.what(), outcome.loss, outcome.grad_norm, self.skip_nonfinite_steps,
+                                  self.checkpoints, self.fix)
+        logger.warning("step %d: non-finite %s; step skipped (%d of at most %d)", self.step, outcome.what(),
+                       self.skipped, self.skip_nonfinite_steps)
+        self.metrics.write({"step": self.step, "skipped": f"non-finite {outcome.what()}",
+                            "skipped_nonfinite": self.skipped, "tokens": self.tokens})

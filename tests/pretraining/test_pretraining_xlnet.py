@@ -1,0 +1,166 @@
+"""XLNet's permutation LM: perm_mask against its definition by brute force, the two streams by
+perturbation (bit for bit), memory carried row by row, a few steps lower the loss."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pretraining_testkit import HAND_VOCAB, need_transformers
+
+need_transformers()
+
+import torch  # noqa: E402
+
+from elmokit.pretraining.models import build_model, preset  # noqa: E402
+from elmokit.pretraining.permutation import PermutationLMObjective, compact_targets, contiguous_streams  # noqa: E402
+from elmokit.pretraining.tokenizers import wordpiece_from_vocab  # noqa: E402
+
+T = 12
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.set_num_threads(1)
+    tokenizer = wordpiece_from_vocab(HAND_VOCAB)
+    objective = PermutationLMObjective(tokenizer, segment_length=T, plm_probability=1 / 3, max_span_length=2)
+    model = build_model("xlnet", preset("tiny", dropout=0.0, hidden=20, heads=2, intermediate=36), vocab_size=len(tokenizer),
+                        seed=0, pad_id=0).eval()
+    rng = np.random.default_rng(0)
+    documents = [list(rng.integers(5, 20, size=int(rng.integers(7, 30)))) for _ in range(30)]
+    batches = list(objective.batches(documents, batch_size=3, rng=np.random.default_rng(1)))
+    return tokenizer, objective, model, documents, batches
+
+
+def test_perm_mask_is_a_factorisation_order(setup):
+    """Brute force: there is an order in which non-targets come first, the targets of the first half
+    precede those of the second, and i may not see j exactly when j is a target not before i."""
+    _, _, _, _, batches = setup
+    for batch in batches[:4]:
+        for b in range(batch["input_ids"].shape[0]):
+            mask = batch["perm_mask"][b].bool().numpy()
+            targets = (batch["labels"][b] != -100).numpy()
+            assert targets.any() and not targets.all()
+            assert not mask[:, ~targets].any()  # non-targets are seen by everyone
+            tpos = np.flatnonzero(targets)
+            # the order among targets: j before i iff i may see j; a strict total order (acyclic, complete)
+            before = {(i, j) for i in tpos for j in tpos if not mask[i, j]}
+            assert all((j, i) not in before for i, j in before) and all((i, i) not in before for i in tpos)
+            rank = {i: sum((i, j) in before for j in tpos) for i in tpos}
+            assert sorted(rank.values()) == list(range(len(tpos)))
+            assert all((rank[i] > rank[j]) == (not mask[i, j]) for i in tpos for j in tpos if i != j)
+            assert all(rank[i] < rank[j] for i in tpos for j in tpos if i < T // 2 <= j)
+            assert mask[tpos, tpos].all()  # a target never sees itself (query stream)
+
+
+def test_inputs_keep_the_original_tokens_and_targets_compact(setup):
+    _, _, _, documents, batches = setup
+    for batch in batches:
+        assert not (batch["input_ids"] == 4).any()  # no [MASK] in the content stream (XLNet's inputs_k)
+        mapping, labels = compact_targets(batch["labels"])
+        assert torch.equal(mapping, batch["target_mapping"]) and torch.equal(labels, batch["target_labels"])
+        for b in range(mapping.shape[0]):
+            n = int((batch["labels"][b] != -100).sum())
+            positions = mapping[b, :n].argmax(-1)
+            assert torch.equal(batch["input_ids"][b, positions], labels[b, :n]) and (labels[b, n:] == -100).all()
+
+
+def test_rows_continue_their_stream(setup):
+    """Row i of batch k+1 starts where row i of batch k ended, in a stream made of whole documents."""
+    _, objective, _, documents, batches = setup
+    rows = [torch.cat([batch["input_ids"][i] for batch in batches]).tolist() for i in range(3)]
+    flat = [t for d in documents for t in d]
+    sep = objective.separator_id
+    for row in rows:
+        pieces = [p for p in " ".join(map(str, row)).split(f" {sep} ")]
+        for piece in pieces[1:-1]:  # whole documents between separators, in the corpus
+            assert [int(x) for x in piece.split()] in documents
+        assert len(row) == len(batches) * T and set(row) - {sep} <= set(flat)
+    assert [int(b["segment_index"]) for b in batches] == list(range(len(batches)))
+    direct = list(contiguous_streams(documents, 3, T, separator_id=sep))
+    assert all(torch.equal(torch.from_numpy(d), b["input_ids"]) for d, b in zip(direct, batches))
+
+
+def _query(model, ids, batch, mems=None):
+    with torch.no_grad():
+        return model.transformer(input_ids=ids, perm_mask=batch["perm_mask"].float(),
+                                 target_mapping=batch["target_mapping"].float(), mems=mems, use_mems=True)
+
+
+def test_two_streams_see_only_what_perm_mask_allows(setup):
+    """Perturbing a token a position may not see leaves that position's output unchanged bit for bit;
+    perturbing one it sees changes it (content stream: perm_mask + itself; query stream: perm_mask)."""
+    _, _, model, _, batches = setup
+    batch = batches[1]
+    ids = batch["input_ids"]
+    with torch.no_grad():
+        content = model.transformer(input_ids=ids, perm_mask=batch["perm_mask"].float()).last_hidden_state  # (B, T, H)
+    query = _query(model, ids, batch).last_hidden_state  # (B, P, H)
+    b = 0
+    mask = batch["perm_mask"][b].bool()
+    n = int((batch["target_labels"][b] != -100).sum())
+    targets = batch["target_mapping"][b, :n].argmax(-1).tolist()
+    changed_any = False
+    for j in range(T):
+        perturbed = ids.clone()
+        perturbed[b, j] = 5 if ids[b, j] != 5 else 6
+        with torch.no_grad():
+            c2 = model.transformer(input_ids=perturbed, perm_mask=batch["perm_mask"].float()).last_hidden_state
+        q2 = _query(model, perturbed, batch).last_hidden_state
+        for i in range(T):
+            same = torch.equal(c2[b, i], content[b, i])
+            if mask[i, j] and i != j:
+                assert same, (i, j)
+            elif not same:
+                changed_any = True
+        for m, i in enumerate(targets):
+            same = torch.equal(q2[b, m], query[b, m])
+            if mask[i, j]:
+                assert same, ("query", i, j)
+            else:
+                assert not same, ("query sees", i, j)
+        assert torch.equal(c2[1:], content[1:]) and torch.equal(q2[1:], query[1:])  # other rows untouched
+    assert changed_any
+
+
+def test_memory_carries_over_row_by_row(setup):
+    """With the previous segment's mems, a change in row 0 of segment k changes row 0 of segment k+1's
+    outputs only; the objective keeps the mems between calls and drops them at segment 0."""
+    _, objective, model, _, batches = setup
+    first, second = batches[0], batches[1]
+    mems = _query(model, first["input_ids"], first).mems
+    perturbed = first["input_ids"].clone()
+    perturbed[0, 3] = 5 if perturbed[0, 3] != 5 else 6
+    mems2 = _query(model, perturbed, first).mems
+    out = _query(model, second["input_ids"], second, mems).last_hidden_state
+    out2 = _query(model, second["input_ids"], second, mems2).last_hidden_state
+    fresh = _query(model, second["input_ids"], second).last_hidden_state
+    assert not torch.equal(out[0], out2[0]) and torch.equal(out[1:], out2[1:])
+    assert not torch.allclose(out, fresh)
+    objective.reset()
+    objective.loss(model, first)
+    assert objective.mems is not None and objective.mems[0].shape[:2] == (T, 3)
+    carried = [m.clone() for m in objective.mems]
+    loss_with = objective.loss(model, second).loss
+    objective.mems = carried
+    zeroed = dict(second, segment_index=torch.tensor(0))
+    loss_without = objective.loss(model, zeroed).loss
+    assert float(loss_with.detach()) != float(loss_without.detach())
+
+
+def test_a_few_steps_lower_the_loss(setup):
+    _, objective, model, _, batches = setup
+    model = build_model("xlnet", preset("tiny", dropout=0.0), vocab_size=model.config.vocab_size, seed=1, pad_id=0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    fixed = batches[:3]
+    losses = []
+    for _ in range(8):
+        objective.reset()
+        total = 0.0
+        for batch in fixed:
+            optimizer.zero_grad()
+            out = objective.loss(model, batch)
+            out.loss.backward()
+            optimizer.step()
+            total += float(out.loss.detach())
+        losses.append(total)
+    assert losses[-1] < 0.85 * losses[0] and all(b < a for a, b in zip(losses, losses[1:])), losses
