@@ -38,7 +38,7 @@ def _table(tmp_path, name="v.txt", scale=1.0):
 
 
 def test_the_table_has_one_entry_per_kind():
-    assert sorted(REPRESENTATION_KINDS) == ["elmo", "elmo-original", "transformer", "vectors"]
+    assert sorted(REPRESENTATION_KINDS) == ["cove", "elmo", "elmo-original", "transformer", "vectors"]
     for kind, loader in REPRESENTATION_KINDS.items():
         assert loader.kind == kind and set(loader.path_fields) <= set(loader.fields) and callable(loader.load)
 
@@ -86,7 +86,7 @@ def test_unknown_kind_or_fields_give_one_clear_error():
     with pytest.raises(RepresentationError) as error:
         load_representation({"kind": "bert", "model": "x"}, source="runs/t/config.json")
     assert str(error.value) == ("runs/t/config.json: unknown representation kind 'bert'; known kinds: elmo, "
-                                "elmo-original, vectors, transformer (is this elmokit older than the file?)")
+                                "elmo-original, vectors, transformer, cove (is this elmokit older than the file?)")
     with pytest.raises(RepresentationError, match="missing path"):
         load_representation({"kind": "vectors"})
     with pytest.raises(RepresentationError, match=r"unknown fields \['layer'\]"):

@@ -28,6 +28,7 @@ a static table is fingerprinted by its vectors and words here.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -130,8 +131,27 @@ class TransformerFolder:
         return TransformerRepresentation.load(spec["path"], pooling=spec.get("pooling", "mean"))
 
 
+class CoveEncoderFolder:
+    """The encoder of a CoVe MT model (``elmokit cove train``; run folder or its model/): ``mode`` "cove"
+    (default: the top layer, 2H) or "glove_cove" ([GloVe; CoVe], E + 2H, the paper's task input).
+    Batch-invariant, so ``batch_size`` only sets the chunking; bf16 and stateful are errors."""
+
+    kind = "cove"
+    fields = ("path", "mode")
+    path_fields = ("path",)
+
+    @staticmethod
+    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
+        from elmokit.transfer.cove import CoveRepresentation
+
+        if options.get("stateful") or options.get("precision", "fp32") != "fp32":
+            raise RepresentationError(f"{spec['path']}: a CoVe representation has no stateful or bf16 mode")
+        return CoveRepresentation.load(spec["path"], mode=spec.get("mode", "cove"), batch_size=options.get("batch_size", 64))
+
+
 # kind -> the class that loads it. One entry per kind of representation.
-REPRESENTATION_KINDS: dict[str, Any] = {k.kind: k for k in (ElmoModel, ElmoOriginalFiles, StaticTable, TransformerFolder)}
+REPRESENTATION_KINDS: dict[str, Any] = {k.kind: k for k in (ElmoModel, ElmoOriginalFiles, StaticTable, TransformerFolder,
+                                                            CoveEncoderFolder)}
 # Options a caller may pass to load_representation; each kind uses the ones that apply to it.
 ELMO_OPTIONS = ("batch_size", "precision", "token_cache_size", "stateful")
 
@@ -169,6 +189,17 @@ def load_representation(spec: Mapping[str, Any], *, base: str | os.PathLike | No
     return loader.load(resolved, {k: v for k, v in options.items() if v is not None})
 
 
+def is_transformer_folder(path: str | os.PathLike) -> bool:
+    """A transformers checkpoint folder: a config.json with transformers' ``model_type`` (an elmokit
+    model's config.json has a ``format_version`` instead)."""
+    config = Path(path) / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and "format_version" not in data
+
+
 def _is_shipped(name: str) -> bool:
     from elmokit.formats import SHIPPED_MODELS
 
@@ -201,6 +232,10 @@ def spec_from_flags(
         model = model if model is not None else default_model
         if model is None:
             return {}
+        if not _is_shipped(model) and is_transformer_folder(model):  # e.g. `elmokit pretrain`'s model/
+            if initial_state != "zero":
+                raise RepresentationError("--initial-state applies to ELMo models, not to a transformer folder")
+            return {"kind": TransformerFolder.kind, "path": str(Path(model).resolve())}
         spec = {"kind": ElmoModel.kind, "model": model if _is_shipped(model) else str(Path(model).resolve())}
     if initial_state != "zero":
         spec["initial_state"] = initial_state

@@ -114,3 +114,36 @@ def test_fine_tuning_learns_a_toy_task_and_round_trips(family, bert_folder, gpt2
     loaded = FineTuned.load(tmp_path / "clf")
     assert loaded.labels == ["cat", "dog"] and loaded.options == options
     torch.testing.assert_close(loaded.logits(sentences), tuned.logits(sentences), rtol=0, atol=0)
+
+
+def test_classify_cli_recipe_finetune_trains_evaluates_and_predicts(bert_folder, tmp_path, capsys):
+    from elmokit.cli.main import main
+
+    rows = [("dog", "the dog sat ."), ("cat", "a cat ran ."), ("dog", "a dog ran far ."), ("cat", "the cat sat on a mat .")]
+    data = tmp_path / "train.tsv"
+    data.write_text("".join(f"{y}\t{x}\n" for y, x in rows * 6), encoding="utf-8")
+    assert main(["classify", "train", "--recipe", "finetune", "--model", str(bert_folder), "--train", str(data),
+                 "--dev", str(data), "--out", str(tmp_path / "clf"), "--epochs", "4", "--lr", "3e-3",
+                 "--train-batch-size", "8", "--threads", "1"]) == 0
+    saved = FineTuned.load(tmp_path / "clf")
+    assert saved.options.learning_rate == 3e-3 and saved.options.epochs == 4 and not saved.options.aux_lm
+    sentences = [x.split() for _, x in rows]
+    expected = saved.predict(sentences)
+    capsys.readouterr()
+    assert main(["classify", "eval", "--classifier", str(tmp_path / "clf"), "--data", str(data)]) == 0
+    accuracy = 100 * sum(p == y for p, (y, _) in zip(expected, rows)) / len(rows)
+    assert f"accuracy {accuracy:.2f}" in capsys.readouterr().out
+    (tmp_path / "in.txt").write_text("".join(x + "\n" for _, x in rows), encoding="utf-8")
+    assert main(["classify", "predict", "--classifier", str(tmp_path / "clf"), "--input", str(tmp_path / "in.txt"),
+                 "--out", str(tmp_path / "pred.tsv")]) == 0
+    assert [line.split("\t")[0] for line in (tmp_path / "pred.tsv").read_text().splitlines()] == expected
+
+
+def test_classify_cli_recipe_finetune_needs_a_model_folder(tmp_path, capsys):
+    from elmokit.cli.main import main
+
+    (tmp_path / "t.tsv").write_text("a\tthe dog\n", encoding="utf-8")
+    code = main(["classify", "train", "--recipe", "finetune", "--train", str(tmp_path / "t.tsv"), "--dev",
+                 str(tmp_path / "t.tsv"), "--out", str(tmp_path / "o")])
+    assert code != 0 and "--recipe finetune fine-tunes a transformer folder given by --model" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

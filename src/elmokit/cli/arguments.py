@@ -98,7 +98,9 @@ def add_classifier_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=positive_int, default=10,
                    help="training epochs, the best on dev is kept (default: %(default)s)")
     p.add_argument("--train-batch-size", type=positive_int, default=32, help="sentences per training step (default: %(default)s)")
-    p.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate (default: %(default)s)")
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help="Adam learning rate (default: 0.001); the ulmfit recipe's head peak rate (default 0.01); the "
+                   "finetune recipe's peak rate (default 5e-5)")
     p.add_argument("--word-dim", type=positive_int, default=50,
                    help="size of the learned word vectors x_k (default: %(default)s)")
     p.add_argument("--hidden-dim", type=positive_int, default=64, help="BiLSTM hidden size per direction (default: %(default)s)")
@@ -110,6 +112,6 @@ def add_classifier_training_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def classifier_training_options(args: argparse.Namespace) -> dict:
-    return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": args.lr,
+    return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": 1e-3 if args.lr is None else args.lr,
             "word_dim": args.word_dim, "hidden_dim": args.hidden_dim, "dropout": args.dropout,
             "mix_l2": args.mix_l2, "seed": args.seed}

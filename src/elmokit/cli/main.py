@@ -13,8 +13,8 @@ import sys
 from elmokit import __version__
 
 # Subcommand modules, in the order `elmokit --help` lists them.
-SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "perplexity", "static", "tag", "eval", "classify",
-                      "neighbors", "warm_state", "serve"]
+SUBCOMMAND_MODULES = ["embed", "convert", "demo", "vocab", "train", "pretrain", "distill", "perplexity", "static", "tag",
+                      "eval", "classify", "neighbors", "warm_state", "serve", "cove"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -167,8 +167,9 @@ class FineTuned:
     history: list = dataclasses.field(default_factory=list)
 
     @torch.no_grad()
-    def logits(self, sentences: Sequence[Sequence[str]], *, batch_size: int = 32) -> torch.Tensor:
-        """(N, K); each sentence's logits do not depend on its batch beyond float rounding (padding)."""
+    def logits(self, sentences: Sequence[Sequence[str]], features=None, *, batch_size: int = 32) -> torch.Tensor:
+        """(N, K); each sentence's logits do not depend on its batch beyond float rounding (padding).
+        ``features`` is unused (the model reads the text itself): the signature is the other classifiers'."""
         self.model.eval()
         positions = _max_positions(self.model.base.config)
         out = [self.model(*encode_batch(self.tokenizer, sentences[s: s + batch_size], positions))[0]
@@ -178,7 +179,7 @@ class FineTuned:
     def predict(self, sentences: Sequence[Sequence[str]]) -> list[str]:
         return [self.labels[i] for i in self.logits(sentences).argmax(1).tolist()]
 
-    def accuracy(self, sentences, labels: Sequence[str]) -> float:
+    def accuracy(self, sentences, labels: Sequence[str], features=None) -> float:
         predicted = self.predict(sentences)
         return 100 * float(np.mean([p == y for p, y in zip(predicted, labels)])) if labels else float("nan")
 

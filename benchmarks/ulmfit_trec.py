@@ -1,0 +1,135 @@
+"""ULMFiT Table 4 and Figure 3 shapes on TREC-6, at our scale: docs/results.md "Transfer recipes: ULMFiT".
+
+    python benchmarks/ulmfit_trec.py                                  # table 4 rows, seed 0, one thread
+    python benchmarks/ulmfit_trec.py --seeds 0,1 --curve 100,500,1000  # + Figure 3's learning curve
+
+Rows (same classifier, same options, only the LM differs): from scratch (a randomly initialised LM
+of the default model's shape), the pretrained shipped default model, and the default model after
+target-task LM fine-tuning on the training questions. Validation = a fixed 10% of train_5500
+(the paper reports validation error for its ablations); test = TREC_10's 500 questions. The
+learning curve trains on the first N questions of a fixed shuffle of the 90% training part, with
+the LM fine-tuned on all training questions (the paper's semi-supervised setting).
+
+Howard & Ruder (2018) Table 4, TREC-6 validation error: without pretraining 10.67, with 5.69.
+Writes ``--out`` (JSON) and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from elmokit.evaluation.trec import read_trec, validation_split
+from elmokit.training.lm import LanguageModel, init_like_bilm_tf
+from elmokit.transfer.ulmfit import ClassifierOptions, LMFineTuneOptions, language_model_loss, train_ulmfit
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER_TABLE4 = {"from scratch": 10.67, "pretrained + LM fine-tuning": 5.69}
+
+
+def error(classifier, data) -> float:
+    return 100.0 - classifier.accuracy(*data)
+
+
+def fresh_lm(kind: str, seed: int):
+    lm, vocabulary, _ = LanguageModel.load("default")
+    if kind == "scratch":
+        scratch = LanguageModel(lm.bilm.config, len(vocabulary), bos_id=vocabulary.bos, eos_id=vocabulary.eos)
+        init_like_bilm_tf(scratch, torch.Generator().manual_seed(seed))
+        lm = scratch.eval()
+    return lm, vocabulary
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=5, help="classifier epochs (default: %(default)s)")
+    parser.add_argument("--lm-epochs", type=int, default=2, help="target LM fine-tuning epochs (default: %(default)s)")
+    parser.add_argument("--directions", default="forward,backward", help="default: %(default)s")
+    parser.add_argument("--curve", default="", help="label counts for Figure 3, e.g. 100,500,1000 (default: none)")
+    parser.add_argument("--curve-epochs", type=int, default=10, help="classifier epochs on the small sets (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=str(REPO / "docs" / "results" / "ulmfit_trec.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    directions = tuple(args.directions.split(","))
+    questions, labels = read_trec(split="train")
+    test = read_trec(split="test")
+    train_idx, valid_idx = validation_split(len(questions))
+    train = ([questions[i] for i in train_idx], [labels[i] for i in train_idx])
+    valid = ([questions[i] for i in valid_idx], [labels[i] for i in valid_idx])
+    print(f"TREC-6: train {len(train[0])}, validation {len(valid[0])}, test {len(test[0])}", flush=True)
+    results = {"command": "python benchmarks/ulmfit_trec.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "date": date.today().isoformat(), "machine": f"{platform.machine()} CPU, {args.threads} thread(s)",
+               "options": vars(args), "rows": [], "curve": []}
+
+    def run(name, kind, lm_epochs, seed, data, epochs, lm=None, vocabulary=None):
+        start = time.time()
+        if lm is None:
+            lm, vocabulary = fresh_lm(kind, seed)
+        clf, history = train_ulmfit(data, valid, lm, vocabulary,
+                                    lm_options=LMFineTuneOptions(epochs=lm_epochs, seed=seed),
+                                    classifier_options=ClassifierOptions(epochs=epochs, seed=seed),
+                                    directions=directions, log=lambda m: print("   ", m, flush=True))
+        row = {"row": name, "seed": seed, "train_size": len(data[0]), "validation_error": error(clf, valid),
+               "test_error": error(clf, test), "seconds": round(time.time() - start, 1),
+               "per_direction_validation_error": {d: 100 - max(h["dev_accuracy"] for h in hs)
+                                                  for d, hs in history["classifiers"].items()},
+               "lm_valid_loss": language_model_loss(lm, vocabulary, valid[0])}
+        print(json.dumps(row), flush=True)
+        results["rows" if data is train else "curve"].append(row)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")  # after every row
+        return row, lm, vocabulary
+
+    finetuned = {}
+    for seed in seeds:
+        torch.manual_seed(seed)
+        for name, kind, lm_epochs in (("from scratch", "scratch", 0), ("pretrained", "default", 0),
+                                      ("pretrained + LM fine-tuning", "default", args.lm_epochs)):
+            row, lm, vocabulary = run(name, kind, lm_epochs, seed, train, args.epochs)
+            if lm_epochs:
+                finetuned[seed] = (lm, vocabulary)
+        if args.curve:
+            order = np.random.default_rng(seed).permutation(len(train[0]))
+            for count in [int(c) for c in args.curve.split(",")]:
+                subset = ([train[0][i] for i in order[:count]], [train[1][i] for i in order[:count]])
+                run("from scratch", "scratch", 0, seed, subset, args.curve_epochs)
+                lm, vocabulary = finetuned[seed]
+                run("pretrained + LM fine-tuning (all text)", "default", 0, seed, subset,
+                    args.curve_epochs, lm=lm, vocabulary=vocabulary)
+    print_table(results)
+    return 0
+
+
+def summary(values):
+    mean = float(np.mean(values))
+    half = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+    return f"{mean:.2f}" + (f" ± {half:.2f}" if len(values) > 1 else "")
+
+
+def print_table(results) -> None:
+    print("\n| row | validation error | test error | paper (validation) |\n|---|---|---|---|")
+    for name in dict.fromkeys(r["row"] for r in results["rows"]):
+        rows = [r for r in results["rows"] if r["row"] == name]
+        paper = PAPER_TABLE4.get(name, "")
+        print(f"| {name} | {summary([r['validation_error'] for r in rows])} | "
+              f"{summary([r['test_error'] for r in rows])} | {paper} |")
+    if results["curve"]:
+        print("\n| labels | row | validation error | test error |\n|---|---|---|---|")
+        for r in results["curve"]:
+            print(f"| {r['train_size']} | {r['row']} | {r['validation_error']:.2f} | {r['test_error']:.2f} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

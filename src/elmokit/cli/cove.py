@@ -1,0 +1,189 @@
+"""`elmokit cove train|bleu`: train the CoVe MT-LSTM (McCann et al. 2017) and score its translations.
+
+    elmokit static train --algo glove --corpus 'gutenberg/train.00.txt.xz' --out runs/glove
+    elmokit cove train --src bible/en_kjv.tsv.xz --tgt bible/de_elberfelder1905.tsv.xz --vectors runs/glove \\
+        --out runs/cove --epochs 4
+    elmokit cove bleu --model runs/cove --split test
+
+Verse files (``BB.CCC.VVV<TAB>text``) are split by whole books (``--valid-books``, ``--test-books``);
+plain line-aligned files train whole (``--valid-src/--valid-tgt`` for validation). The trained encoder
+is a representation: ``{"kind": "cove", "path": "runs/cove"}`` (``"mode": "glove_cove"`` for [GloVe; CoVe]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from elmokit.cli.common import add_threads_argument, apply_threads, non_negative_int, positive_float, positive_int, probability
+from elmokit.cli.training_common import run_training_command
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("cove", help="CoVe: train a translation encoder (MT-LSTM) and score it with BLEU")
+    sub = parser.add_subparsers(dest="cove_command", metavar="ACTION")
+    _register_train(sub)
+    _register_bleu(sub)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def _book_list(text: str) -> list[int]:
+    try:
+        books = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of book numbers") from None
+    if any(not 1 <= b <= 99 for b in books):
+        raise argparse.ArgumentTypeError(f"book numbers are 1..99, got {text!r}")
+    return books
+
+
+def _register_train(sub) -> None:
+    from elmokit.transfer.cove import PRESETS
+
+    p = sub.add_parser("train", help="train the MT model; checkpoints, exact --resume, BLEU on held-out books at the end",
+                       description="Trains a 2-layer biLSTM encoder over frozen word vectors with an attentional LSTM "
+                       "decoder (McCann et al. 2017) on line-aligned parallel files.")
+    p.add_argument("--src", default=None, help="source-language file (verse TSV or plain lines; .xz/.gz ok); "
+                   "on --resume default: the run's")
+    p.add_argument("--tgt", default=None, help="target-language file, line-aligned with --src (on --resume default: the run's)")
+    p.add_argument("--vectors", default=None, help="frozen source word vectors: a folder of `elmokit static train` or a "
+                   "word2vec text/binary file (on --resume default: the run's)")
+    p.add_argument("--out", required=True, help="run folder")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest good checkpoint")
+    p.add_argument("--valid-src", default=None, help="plain files only: validation source file (default: none)")
+    p.add_argument("--valid-tgt", default=None, help="plain files only: validation target file (default: none)")
+    p.add_argument("--valid-books", type=_book_list, default=[45], help="verse files: books held out for validation "
+                   "(default: 45, Romans)")
+    p.add_argument("--test-books", type=_book_list, default=[44], help="verse files: books held out for test (default: 44, Acts)")
+    p.add_argument("--max-vectors", type=positive_int, default=None,
+                   help="read only the first N words of --vectors (default: all)")
+    m = p.add_argument_group("model")
+    m.add_argument("--preset", choices=tuple(PRESETS), default="small",
+                   help="sizes: paper (H 300, D 300), small (H 128, D 256), tiny (default: %(default)s)")
+    m.add_argument("--hidden-dim", type=positive_int, default=None, help="encoder LSTM size per direction (default: preset's)")
+    m.add_argument("--decoder-dim", type=positive_int, default=None, help="decoder LSTM size (default: preset's)")
+    m.add_argument("--target-embedding-dim", type=positive_int, default=None,
+                   help="target word embedding size (default: preset's)")
+    m.add_argument("--dropout", type=probability, default=None, help="dropout (default: preset's)")
+    t = p.add_argument_group("training")
+    t.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps (default: none)")
+    t.add_argument("--epochs", type=positive_int, default=None,
+                   help="stop after this many epochs (default: none; give one of the two)")
+    t.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per step (default: %(default)s)")
+    t.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate (default: %(default)s)")
+    t.add_argument("--clip-norm", type=positive_float, default=5.0, help="gradient norm clip (default: %(default)s)")
+    t.add_argument("--max-length", type=positive_int, default=80,
+                   help="leave out pairs with a longer side (default: %(default)s)")
+    t.add_argument("--target-vocab-size", type=positive_int, default=20_000, help="target words kept (default: %(default)s)")
+    t.add_argument("--target-min-count", type=positive_int, default=2, help="target words seen fewer times are <unk> "
+                   "(default: %(default)s)")
+    t.add_argument("--keep-target-case", action="store_true", help="do not lowercase the target side (default: lowercase)")
+    t.add_argument("--seed", type=non_negative_int, default=1,
+                   help="initial weights, batch order, dropout (default: %(default)s)")
+    t.add_argument("--checkpoint-every", type=positive_int, default=500, help="steps between checkpoints (default: %(default)s)")
+    t.add_argument("--keep-checkpoints", type=positive_int, default=2, help="checkpoints kept (default: %(default)s)")
+    t.add_argument("--log-every", type=positive_int, default=50, help="steps between metric lines (default: %(default)s)")
+    t.add_argument("--valid-every", type=positive_int, default=500, help="steps between validation losses (default: %(default)s)")
+    t.add_argument("--no-bleu", action="store_true", help="skip BLEU on the held-out splits at the end")
+    add_threads_argument(p)
+    p.set_defaults(func=lambda args: _run("cove train", run_train, args))
+
+
+def _register_bleu(sub) -> None:
+    p = sub.add_parser("bleu", help="greedy-translate held-out text and score it with sacrebleu",
+                       description="Scores a trained model: the held-out books of its run (--split), or any "
+                       "line-aligned --src/--tgt pair.")
+    p.add_argument("--model", required=True, help="run folder of `elmokit cove train` (or its model/ folder)")
+    p.add_argument("--split", choices=("valid", "test", "both"), default="both",
+                   help="held-out books of the run to score (default: %(default)s)")
+    p.add_argument("--src", default=None, help="score this source file instead (plain lines, with --tgt)")
+    p.add_argument("--tgt", default=None, help="reference translations of --src")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per decoding batch (default: %(default)s)")
+    p.add_argument("--out", default=None, help="write the result as JSON here (default: print only)")
+    add_threads_argument(p)
+    p.set_defaults(func=lambda args: _run("cove bleu", run_bleu, args))
+
+
+def _run(command, func, args) -> int:
+    try:
+        return run_training_command(command, func, args)
+    except ValueError as error:  # parallel files, vectors or model folders that do not fit: the message names them
+        print(f"elmokit {command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from elmokit.transfer.cove import PRESETS, CoveConfig
+    from elmokit.transfer.cove_train import CoveTrainingConfig, train_cove
+
+    apply_threads(args)
+    saved = {}
+    record = Path(args.out) / "training.json"
+    if args.resume and record.is_file():
+        saved = json.loads(record.read_text(encoding="utf-8"))["data"]
+    src, tgt = args.src or saved.get("src"), args.tgt or saved.get("tgt")
+    vectors = args.vectors or saved.get("vectors", {}).get("path")
+    if not (src and tgt and vectors):
+        raise ValueError("give --src, --tgt and --vectors (or --resume a run folder that has them)")
+    sizes = {**PRESETS[args.preset], **{k: v for k, v in (("hidden_dim", args.hidden_dim), ("decoder_dim", args.decoder_dim),
+             ("target_embedding_dim", args.target_embedding_dim), ("dropout", args.dropout)) if v is not None}}
+    training = CoveTrainingConfig(
+        batch_size=args.batch_size, lr=args.lr, clip_norm=args.clip_norm, max_length=args.max_length,
+        target_vocab_size=args.target_vocab_size, target_min_count=args.target_min_count,
+        lowercase_target=not args.keep_target_case, valid_books=tuple(args.valid_books), test_books=tuple(args.test_books),
+        seed=args.seed, max_steps=args.max_steps, epochs=args.epochs, checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints, log_every=args.log_every, valid_every=args.valid_every)
+    result = train_cove(args.out, src=src, tgt=tgt, vectors=vectors, config=CoveConfig(**sizes), training=training,
+                        valid_src=args.valid_src or saved.get("valid_src"), valid_tgt=args.valid_tgt or saved.get("valid_tgt"),
+                        max_vectors=args.max_vectors, resume=args.resume, bleu=not args.no_bleu,
+                        command="elmokit " + " ".join(getattr(args, "argv", sys.argv[1:])), progress=True)
+    print(f"trained {result.step} steps in {result.elapsed_s / 60:.1f} min; model in {result.model_dir}")
+    for name, value in (result.bleu or {}).items():
+        print(f"{name} BLEU {value['bleu']:.2f} ({value['sentences']} sentences, greedy)")
+    return 0
+
+
+def run_bleu(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from elmokit.io import atomic_path
+    from elmokit.transfer.cove import load_cove_model
+    from elmokit.transfer.cove_train import CoveTrainingConfig, evaluate_bleu, read_parallel
+
+    apply_threads(args)
+    model, _, _ = load_cove_model(args.model)
+    lowercase_source = model.config.source_lowercase
+    if args.src or args.tgt:
+        if not (args.src and args.tgt):
+            raise ValueError("--src and --tgt go together")
+        run = Path(args.model) if (Path(args.model) / "training.json").is_file() else Path(args.model).parent
+        lower_target = True
+        if (run / "training.json").is_file():
+            lower_target = json.loads((run / "training.json").read_text(encoding="utf-8"))["training"]["lowercase_target"]
+        splits = {"given": read_parallel(args.src, args.tgt, source_lowercase=lowercase_source,
+                                         target_lowercase=lower_target)["train"]}
+    else:
+        run = Path(args.model) if (Path(args.model) / "training.json").is_file() else Path(args.model).parent
+        if not (run / "training.json").is_file():
+            raise FileNotFoundError(f"{args.model}: no training.json to say which books were held out; give --src and --tgt")
+        record = json.loads((run / "training.json").read_text(encoding="utf-8"))
+        training = CoveTrainingConfig.from_dict(record["training"])
+        data = record["data"]
+        if data["format"] != "verses":
+            raise ValueError(f"{run}: trained on plain files, so no books were held out; give --src and --tgt")
+        all_splits = read_parallel(data["src"], data["tgt"], source_lowercase=lowercase_source,
+                                   target_lowercase=training.lowercase_target, valid_books=training.valid_books,
+                                   test_books=training.test_books)
+        wanted = ("valid", "test") if args.split == "both" else (args.split,)
+        splits = {name: all_splits[name] for name in wanted}
+    results = evaluate_bleu(args.model, splits, batch_size=args.batch_size)
+    for name, value in results.items():
+        print(f"{name} BLEU {value['bleu']:.2f} ({value['sentences']} sentences, greedy; precisions {value['precisions']}, "
+              f"BP {value['bp']})")
+    if args.out:
+        with atomic_path(args.out) as tmp:
+            Path(tmp).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
