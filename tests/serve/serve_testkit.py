@@ -124,3 +124,72 @@ def metric(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+# ---- the explorer page: a tiny neighbour index and tiny saved task models --------------------------------
+
+# Sentences where "play" and "bank" occur in different company (the senses the projection view separates).
+EXPLORER_SENTENCES = [
+    "Chico Ruiz made a spectacular play on Alusik 's grounder",
+    "the play by Hamlet opened on the river bank",
+    "a play on words",
+    "they play the bank loan game",
+    "the bank made a loan on the river",
+    "IBM made a play for the bank",
+    "a naïve play",
+    "über play 2018",
+    "x",
+]
+
+
+def explorer_sentences(extra: int = 40, seed: int = 11) -> list[list[str]]:
+    """The sentences above plus ``extra`` random ones over WORDS (whitespace tokens)."""
+    return [s.split() for s in EXPLORER_SENTENCES + random_texts(extra, seed)]
+
+
+def tiny_index(representation, folder: Path, *, extra: int = 40):
+    """A float32 ``NeighborIndex`` of ``explorer_sentences`` built with ``representation``."""
+    from elmokit.evaluation.neighbors import NeighborIndex
+
+    return NeighborIndex.build(representation, explorer_sentences(extra), folder, dtype="float32", batch_sentences=7)
+
+
+# the pre-softmax mix weights and gammas the task models below are saved with (the tests' oracle reads these)
+TAGGER_MIXES = {"input_mix": ([0.3, -1.2, 0.8], 0.7), "output_mix": ([-0.5, 0.25, 1.5], 1.3)}
+CLASSIFIER_MIX = ([1.1, 0.0, -0.4], 0.45)
+
+
+def tiny_tagger(folder: Path, *, elmo_layers: int = 3, elmo_dim: int = 10) -> Path:
+    """An untrained POS tagger with an input and an output mix of known weights, saved as users keep it."""
+    import torch
+
+    from elmokit.tasks.tagger import SequenceTagger, TaggerConfig
+    from elmokit.tasks.tagger.model import PAD, UNK
+
+    config = TaggerConfig(task="pos", output="softmax", scheme=None, elmo="mix", elmo_at_output=True,
+                          elmo_layers=elmo_layers, elmo_dim=elmo_dim, word_dim=4, hidden_dim=6, min_word_count=1,
+                          representation_name="elmo:tiny")
+    tagger = SequenceTagger(config, [PAD, UNK, "play"], ["NOUN", "VERB"])
+    with torch.no_grad():
+        for name, (w, gamma) in TAGGER_MIXES.items():
+            mix = getattr(tagger.model, name)
+            mix.scalar_parameters.copy_(torch.tensor(w))
+            mix.gamma.fill_(gamma)
+    tagger.save(folder)
+    return folder
+
+
+def tiny_classifier(folder: Path) -> Path:
+    """An untrained sentence classifier with a mix of known weights."""
+    import torch
+
+    from elmokit.tasks.classifier import Classifier, ClassifierConfig, SentenceClassifier, WordVocabulary
+    from elmokit.tasks.tagger.model import PAD, UNK
+
+    model = SentenceClassifier(ClassifierConfig(num_labels=2, vocab_size=3, elmo_layers=3, elmo_dim=10, word_dim=4,
+                                                hidden_dim=5))
+    with torch.no_grad():
+        model.scalar_mix.scalar_parameters.copy_(torch.tensor(CLASSIFIER_MIX[0]))
+        model.scalar_mix.gamma.fill_(CLASSIFIER_MIX[1])
+    Classifier(model, WordVocabulary([PAD, UNK, "play"]), ["neg", "pos"]).save(folder)
+    return folder

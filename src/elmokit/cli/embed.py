@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from elmokit.cli.common import (
     add_model_arguments,
     add_speed_arguments,
     add_threads_argument,
+    add_tokenizer_argument,
     apply_threads,
     load_embedder,
     positive_int,
@@ -26,7 +28,8 @@ def register(subparsers) -> None:
         "an interrupted run (Ctrl-C, SIGTERM) removes it and leaves an existing OUTPUT as it was; one left by "
         "a killed run is removed by the next run for the same OUTPUT.",
     )
-    parser.add_argument("input_file", help="UTF-8 text, one tokenised sentence per line; '-' reads standard input")
+    parser.add_argument("input_file", help="UTF-8 text, one sentence per line (whitespace-tokenised, or raw text "
+                        "for a model trained with a segmenter such as jieba); '-' reads standard input")
     parser.add_argument("output_file", help="HDF5 file to write (replaced only when the run succeeds; never the input)")
     layers = parser.add_mutually_exclusive_group(required=True)
     layers.add_argument("--all", dest="output_format", action="store_const", const="all", help="all layers: (L+1, n, 2P)")
@@ -48,19 +51,42 @@ def register(subparsers) -> None:
                         help="write zeros of shape (L+1, 0, 2P) for empty lines instead of failing")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar (default: only on a terminal)")
+    add_tokenizer_argument(parser, default=None, help_prefix="how input lines are cut: ",
+                           default_help="the segmenter the model was trained with, recorded in its lm.json "
+                           "(jieba, chars, ...); else whitespace")
     add_speed_arguments(parser)
     add_threads_argument(parser)
+    bulk = parser.add_argument_group(
+        "sharded embedding (OUTPUT is then a folder of shards and index.json; rerunning resumes)")
+    bulk.add_argument("--ray", action="store_true",
+                      help="embed with Ray Data over a pool of actors, writing shards, an index and resuming by shard")
+    bulk.add_argument("--ray-address", default=None, metavar="ADDR",
+                      help="the cluster: 'auto' (started with `ray start --head`), ray://HOST:PORT or HOST:PORT "
+                      "(default: a local cluster for this run)")
+    bulk.add_argument("--actors", type=positive_int, default=2, help="actors, each holding one model (default 2)")
+    bulk.add_argument("--shard-lines", type=positive_int, default=10_000, metavar="N",
+                      help="input lines per shard (default 10000)")
+    bulk.add_argument("--format", dest="file_format", choices=("hdf5", "parquet"), default="hdf5",
+                      help="shard files: hdf5 (the layout of this command; default) or parquet (a list column)")
     parser.set_defaults(func=lambda args: run_reporting_errors("embed", run, args))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ray:
+        return run_sharded(args)
     from elmokit.formats.embedding_hdf5 import check_paths
 
     check_paths(args.input_file, args.output_file)  # before the model is loaded: a wrong path fails at once
     apply_threads(args)
+    from elmokit.text.corpus import Tokenizer
+
+    tokenizer = Tokenizer(kind=args.tokenizer) if args.tokenizer is not None else None  # a missing package fails now
     embedder = load_embedder(args, stateful=args.stateful, batch_size=args.batch_size)
+    if tokenizer is not None:
+        embedder.tokenizer = tokenizer
+    cut = json.dumps(embedder.tokenizer.to_dict()) if embedder.tokenizer is not None else "whitespace"
     print(
-        f"elmokit embed: model={embedder.name} layers={embedder.num_layers} dim={embedder.dim} "
+        f"elmokit embed: model={embedder.name} layers={embedder.num_layers} dim={embedder.dim} tokenizer={cut} "
         f"format={args.output_format} batch_size={args.batch_size} stateful={args.stateful} "
         f"precision={args.precision} token_cache={args.token_cache}",
         file=sys.stderr,
@@ -74,4 +100,52 @@ def run(args: argparse.Namespace) -> int:
         allow_empty_lines=args.allow_empty_lines,
         progress=args.progress,
     )
+    return 0
+
+
+def run_sharded(args: argparse.Namespace) -> int:
+    """`--ray`: OUTPUT is a folder; shards run on Ray actors; complete, verified shards are kept."""
+    from elmokit.bulk.shards import JobSettings, prepare_outdir, run_job
+    from elmokit.formats.embedding_hdf5 import InputFileError
+    from elmokit.representation import spec_from_flags
+
+    if args.stateful:
+        raise InputFileError("--stateful carries states from line to line in file order, which shards cannot; "
+                             "drop --stateful or --ray")
+    if args.use_sentence_keys and args.file_format != "hdf5":
+        raise InputFileError("--use-sentence-keys applies to --format hdf5 (Parquet rows hold the line and sentence)")
+    prepare_outdir(args.input_file, args.output_file)  # before the model loads: a wrong path fails at once
+    try:
+        import ray  # noqa: F401
+    except ModuleNotFoundError:
+        print("elmokit embed: error: --ray needs Ray; pip install 'elmokit[bulk]'", file=sys.stderr)
+        return 2
+    from elmokit.bulk.ray_runner import ray_runner
+
+    apply_threads(args)
+    from elmokit.text.corpus import Tokenizer
+
+    tokenizer = Tokenizer(kind=args.tokenizer) if getattr(args, "tokenizer", None) is not None else None
+    embedder = load_embedder(args, batch_size=args.batch_size)  # here for the fingerprint and early model errors
+    if tokenizer is not None:
+        embedder.tokenizer = tokenizer
+    cut = json.dumps(embedder.tokenizer.to_dict()) if getattr(embedder, "tokenizer", None) is not None else "whitespace"
+    spec = spec_from_flags(model=args.model, options_file=args.options_file, weight_file=args.weight_file,
+                           initial_state=args.initial_state)
+    settings = JobSettings(fingerprint=embedder.fingerprint, output_format=args.output_format,
+                           file_format=args.file_format, use_sentence_keys=args.use_sentence_keys,
+                           forget_sentences=args.forget_sentences, allow_empty_lines=args.allow_empty_lines,
+                           tokenizer=cut)
+    print(f"elmokit embed --ray: model={embedder.name} layers={embedder.num_layers} dim={embedder.dim} "
+          f"tokenizer={cut} format={args.output_format}/{args.file_format} shard_lines={args.shard_lines} actors={args.actors} "
+          f"address={args.ray_address or 'local'} precision={args.precision}", file=sys.stderr)
+    runner = ray_runner(spec=spec, load_options={"batch_size": args.batch_size, "precision": args.precision,
+                                                 "token_cache_size": args.token_cache},
+                        input_file=args.input_file, outdir=args.output_file, settings=settings, actors=args.actors,
+                        threads=args.threads or 1, address=args.ray_address,
+                        tokenizer=getattr(args, "tokenizer", None))
+    index = run_job(args.input_file, args.output_file, settings=settings, shard_lines=args.shard_lines, runner=runner,
+                    model_name=embedder.name, num_layers=embedder.num_layers, dim=embedder.dim)
+    print(f"elmokit embed --ray: {len(index['shards'])} shards, {index['input_lines']} lines in {args.output_file}",
+          file=sys.stderr)
     return 0

@@ -3,6 +3,7 @@
     elmokit serve --model default --port 8080
     elmokit serve --model runs/lm --max-batch-tokens 8192 --api-key "$KEY"
     elmokit serve --vectors glove.6B.100d.txt
+    elmokit serve --model default --index runs/nbr --task-model runs/ner   # the explorer page at /
 
 Routes, limits and errors: docs/serve.md (and /docs, /openapi.json on the running server).
 """
@@ -20,6 +21,7 @@ from elmokit.cli.common import (
     add_model_arguments,
     add_speed_arguments,
     add_threads_argument,
+    add_tokenizer_argument,
     apply_threads,
     load_representation,
     non_negative_float,
@@ -69,9 +71,19 @@ def register(subparsers) -> None:
         default = SERVE_DEFAULTS[name]
         limits.add_argument("--" + name.replace("_", "-"), type=kind, default=default, metavar=metavar,
                             help=f"{text} (default {default})")
-    limits.add_argument("--tokenizer", choices=("whitespace", "regex"), default="whitespace",
-                        help="how raw text is cut into tokens: whitespace (as `elmokit embed` reads lines; default) "
-                        "or regex (\\w+|[^\\w\\s])")
+    add_tokenizer_argument(limits, default=None, help_prefix="how raw text is cut into tokens: ",
+                           default_help="the segmenter the model was trained with (jieba, chars, ...), recorded in "
+                           "its lm.json; else whitespace, as `elmokit embed` reads lines")
+    page = parser.add_argument_group("the explorer page (at /)")
+    page.add_argument("--index", default=None, metavar="DIR",
+                      help="a neighbour index built with the same model (`elmokit neighbors index`): the page's "
+                      "nearest-occurrence and projection views (default: none; those views say so)")
+    page.add_argument("--task-model", action="append", default=[], metavar="DIR",
+                      help="a saved tagger or classifier folder whose learned layer weights the page shows "
+                      "(repeatable; default: none)")
+    parser.add_argument("--per-request-state", action="store_true",
+                        help="also load the model from the other initial LSTM state (zero or warm; twice the "
+                        "memory) so that /v1/elmo requests may choose `initial_state` (default: off)")
     parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="sentences per biLM call inside a batch (default 64)")
     add_speed_arguments(parser)
@@ -93,9 +105,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         config = ServeConfig(**{name: getattr(args, name) for name in LIMIT_FLAGS}, api_key=api_key,
-                             tokenizer=args.tokenizer)
+                             tokenizer=args.tokenizer or "whitespace")
         apply_threads(args)
         representation, spec = load_representation(args, batch_size=args.batch_size)
+        recorded = getattr(representation, "tokenizer", None)  # Embedder: the model's segmenter, if any
+        if args.tokenizer is None and recorded is not None:
+            config = dataclasses.replace(config, tokenizer=recorded.kind)
+        index, task_models, initial_states = _explorer_resources(args, representation, spec)
     except (*USER_ERRORS, ValueError) as error:
         print(f"elmokit serve: error: {error}", file=sys.stderr)
         return 2
@@ -106,12 +122,46 @@ def run(args: argparse.Namespace) -> int:
         return 2
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    app = create_app(representation, config, spec=spec)
+    app = create_app(representation, config, spec=spec, index=index, task_models=task_models,
+                     initial_states=initial_states)
     print(f"elmokit serve: model={representation.name} layers={representation.num_layers} dim={representation.dim} "
-          f"precision={args.precision} tokenizer={args.tokenizer} api_key={'required' if api_key else 'none'}; "
+          f"precision={args.precision} tokenizer={config.tokenizer} api_key={'required' if api_key else 'none'} "
+          f"index={args.index or 'none'} task_models={len(task_models)} "
+          f"initial_states={','.join([str(representation_state(representation)), *initial_states])}; "
           f"listening on {url} (docs at {url}/docs)", file=sys.stderr, flush=True)
     stopped_by = serve(app, host=args.host, port=port, config=config, log_level=args.log_level,
                        access_log=args.access_log, sock=sock)
     if stopped_by:
         print(f"elmokit serve: stopped by {stopped_by} after finishing the accepted requests", file=sys.stderr)
     return 0
+
+
+def representation_state(representation) -> str | None:
+    return getattr(representation, "initial_state", None)
+
+
+def _explorer_resources(args, representation, spec):
+    """(index, task models, other initial states) for the explorer page and /v1/elmo, from the flags."""
+    from pathlib import Path
+
+    from elmokit.evaluation.neighbors import NeighborIndex
+    from elmokit.serve.explorer import read_task_layer_weights
+
+    index = None
+    if args.index is not None:
+        if not Path(args.index).is_dir():
+            raise FileNotFoundError(f"--index {args.index}: no such folder (build one with `elmokit neighbors index`)")
+        index = NeighborIndex(args.index)
+        index.check_representation(representation)
+    task_models = [read_task_layer_weights(folder) for folder in args.task_model]
+    initial_states = {}
+    own = representation_state(representation)
+    if args.per_request_state:
+        if own is None or spec.get("kind") not in ("elmo", "elmo-original"):
+            raise ValueError(f"--per-request-state: {representation.name} has no LSTM state to choose")
+        from elmokit.representation import load_representation as load
+
+        other = "warm" if own == "zero" else "zero"
+        initial_states[other] = load({**spec, "initial_state": other}, batch_size=args.batch_size,
+                                     precision=args.precision, token_cache_size=args.token_cache)
+    return index, task_models, initial_states

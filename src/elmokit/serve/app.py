@@ -7,6 +7,8 @@ and elmokit's own per-layer route, over one representation and one batching work
     POST /v1/embeddings    OpenAI: unit-length mean of the top layer, float or base64
     POST /v1/elmo          elmokit: per-layer per-token vectors, a layer selection or a scalar mix
     GET  /health, /info, /metrics (Prometheus), /openapi.json, /docs
+    GET  /                 the explorer page (static files in ``serve/static/explorer``), over
+    GET  /v1/explorer, POST /v1/explorer/neighbors, /similarity, /projection, GET /v1/explorer/layer-weights
 
 Every vector comes from ``representation.embed`` through ``Batcher``; the per-token vectors a
 client receives are bit-identical to ``Embedder.embed`` of its input alone (float32 values written
@@ -22,7 +24,9 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,8 +34,9 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import FileResponse, Response
 
+from elmokit.serve import explorer
 from elmokit.serve.batcher import Batcher, QueueFull, ShuttingDown
 from elmokit.serve.config import ServeConfig
 from elmokit.serve.errors import ServeError, error_response
@@ -41,6 +46,14 @@ from elmokit.serve.schemas import (
     ElmoResponse,
     EmbedAllRequest,
     EmbedRequest,
+    ExplorerInfo,
+    ExplorerLayerWeightsResponse,
+    ExplorerNeighborsRequest,
+    ExplorerNeighborsResponse,
+    ExplorerProjectionRequest,
+    ExplorerProjectionResponse,
+    ExplorerSimilarityRequest,
+    ExplorerSimilarityResponse,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
     OpenAIError,
@@ -53,25 +66,49 @@ from elmokit.text.corpus import Tokenizer
 
 logger = logging.getLogger(__name__)
 
-OPEN_PATHS = ("/health",)  # answered without the API key (load balancers probe it)
+STATIC_DIR = Path(__file__).resolve().parent / "static" / "explorer"
+# The explorer page's files: path -> (file, media type).
+PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
+              "/explorer/explorer.js": ("explorer.js", "text/javascript; charset=utf-8"),
+              "/explorer/explorer.css": ("explorer.css", "text/css; charset=utf-8")}
+# Answered without the API key: load balancers probe /health; the page's files hold no data (the
+# page asks for the key and sends it with each API call).
+OPEN_PATHS = ("/health", *PAGE_FILES)
 _TEI_ERRORS = {code: {"model": TEIError} for code in (400, 401, 413, 422, 429, 500, 503, 504)}
 _OPENAI_ERRORS = {code: {"model": OpenAIError} for code in (400, 401, 413, 422, 429, 500, 503, 504)}
 
 
-def create_app(representation, config: ServeConfig | None = None, *, spec: dict | None = None) -> FastAPI:
+def create_app(representation, config: ServeConfig | None = None, *, spec: dict | None = None,
+               index=None, task_models: Sequence[explorer.TaskLayerWeights] = (),
+               initial_states: dict | None = None) -> FastAPI:
     """The app serving ``representation`` (anything with ``name``, ``num_layers``, ``dim``, ``embed``).
 
     ``spec``: the representation's spec (``elmokit.representation``), shown by /info. The batching
     worker starts with the app's lifespan and, at shutdown, finishes every accepted request.
     The app's ``state`` holds ``batcher``, ``metrics`` and ``config``.
+
+    The explorer page: ``index`` (a ``NeighborIndex`` built with this representation) feeds its
+    neighbour and projection views, ``task_models`` (``explorer.read_task_layer_weights``) its
+    layer-weights view; without them those views say so. ``initial_states``: the same model started
+    from other initial LSTM states, by name (``{"warm": Embedder.load(..., initial_state="warm")}``),
+    which a ``/v1/elmo`` request may choose with ``initial_state``.
     """
     config = config or ServeConfig()
+    if index is not None:
+        index.check_representation(representation)  # NeighborIndexError naming the folder
+        index.occurrences_of("")  # build the word-form table now, not inside concurrent requests
+    own_state = getattr(representation, "initial_state", None)
+    variants = {state: rep for state, rep in (initial_states or {}).items() if state != own_state}
+    for state, rep in variants.items():
+        if (rep.num_layers, rep.dim) != (representation.num_layers, representation.dim):
+            raise ValueError(f"initial state {state!r}: {rep.name} has {rep.num_layers} layers of {rep.dim}, "
+                             f"not the {representation.num_layers} of {representation.dim} of {representation.name}")
     # A table trained on lowercased text (StaticVectors.lowercase) is queried in lowercase, as its evaluators do.
     tokenizer = Tokenizer(kind=config.tokenizer, lowercase=getattr(representation, "lowercase", False) is True)
     batcher_holder: list[Batcher] = []
     metrics = ServerMetrics(lambda: batcher_holder[0].depth if batcher_holder else 0)
     batcher = Batcher(representation, max_batch_tokens=config.max_batch_tokens, max_wait_ms=config.max_wait_ms,
-                      max_queue=config.max_queue, on_batch=metrics.observe_batch)
+                      max_queue=config.max_queue, on_batch=metrics.observe_batch, variants=variants)
     batcher_holder.append(batcher)
     num_layers, dim, name = int(representation.num_layers), int(representation.dim), str(representation.name)
 
@@ -154,9 +191,9 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
                              f"-1 for the top)", "validation", param=param, code="invalid_layer")
         return layer % num_layers
 
-    async def embedded(sentences: list[list[str]]) -> list[np.ndarray]:
+    async def embedded(sentences: list[list[str]], variant: str | None = None) -> list[np.ndarray]:
         try:
-            future = batcher.submit(sentences)
+            future = batcher.submit(sentences, variant)
         except QueueFull as full:
             raise ServeError(429, str(full), "overloaded", code="queue_full",
                              headers={"Retry-After": str(full.retry_after)}) from None
@@ -296,7 +333,16 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
             weights = np.exp(w - w.max())
             weights /= weights.sum()  # softmax, as ScalarMix
         layers = None if weights is not None else [layer_index(i, "layers") for i in (body.layers or range(num_layers))]
-        arrays = await embedded(sentences)
+        state = body.initial_state if body.initial_state is not None else own_state
+        variant = None if state == own_state else state
+        if variant is not None and variant not in variants:
+            served = (f"starts every sentence from the {own_state!r} state only; start it with --per-request-state "
+                      "(and, for 'warm', a model folder with warm_state.safetensors from `elmokit warm-state`) to "
+                      "let requests choose" if own_state is not None else f"serves {name}, which has no LSTM state; "
+                      "leave `initial_state` out")
+            raise ServeError(400, f"`initial_state` {state!r}: this server {served}", "validation",
+                             param="initial_state", code="initial_state_unavailable")
+        arrays = await embedded(sentences, variant)
 
         def build():
             data = []
@@ -308,12 +354,148 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
                 else:
                     item["layers"] = array[layers].tolist()
                 data.append(item)
-            return {"model": name, "num_layers": num_layers, "dim": dim,
-                    "initial_state": getattr(representation, "initial_state", None), "layers": layers,
+            return {"model": name, "num_layers": num_layers, "dim": dim, "initial_state": state, "layers": layers,
                     "mix_weights": None if weights is None else weights.tolist(),
                     "gamma": body.gamma if weights is not None else None, "data": data}
 
         return await json_response(build)
+
+    # ---- the explorer page and its API --------------------------------------------------------------
+
+    task_weights = [t.to_dict() for t in task_models]
+
+    def page_file(path: str):
+        filename, media_type = PAGE_FILES[path]
+
+        async def send_file():
+            return FileResponse(STATIC_DIR / filename, media_type=media_type, headers={"Cache-Control": "no-cache"})
+
+        return send_file
+
+    for page_path in PAGE_FILES:
+        app.add_api_route(page_path, page_file(page_path), methods=["GET"], include_in_schema=False)
+
+    def no_index() -> ServeError:
+        return ServeError(404, "no neighbour index is loaded: start the server with --index DIR (built with "
+                          "`elmokit neighbors index --model M --corpus FILE --out DIR` and the same model)",
+                          "not_configured", code="no_index")
+
+    def one_sentence(inputs: str | None, tokens: list[str] | None, truncate: bool = False) -> list[str]:
+        if (inputs is None) == (tokens is None):
+            raise ServeError(400, "give `inputs` (text the server tokenises) or `tokens` (a tokenised sentence), "
+                             "one of them", "validation", param="inputs")
+        if tokens is not None:
+            return checked([list(tokens)], truncate, "tokens")[0]
+        return tokenised(inputs, truncate, "inputs")[0]
+
+    def position_in(tokens: list[str], position: int, param: str = "position") -> int:
+        if not -len(tokens) <= position < len(tokens):
+            raise ServeError(400, f"`{param}` {position} is outside the sentence ({len(tokens)} tokens: "
+                             + " ".join(f"{i}:{t}" for i, t in enumerate(tokens)) + ")", "validation", param=param,
+                             code="invalid_position")
+        return position % len(tokens)
+
+    @app.get("/v1/explorer", response_model=ExplorerInfo, responses=_TEI_ERRORS, tags=["explorer"],
+             summary="What the explorer page can show: the model, the --index and the --task-model folders")
+    async def explorer_info():
+        index_info = None
+        if index is not None:
+            index_info = {"representation": index.representation, "n_sentences": len(index.sentences),
+                          "n_tokens": len(index), "num_layers": index.num_layers, "dim": index.dim,
+                          "dtype": str(index.meta.get("dtype", ""))}
+        states = [own_state, *variants] if own_state is not None else []
+        return {"model": name, "num_layers": num_layers, "dim": dim, "tokenizer": tokenizer.kind, "index": index_info,
+                "task_models": [t["name"] for t in task_weights], "initial_states": states,
+                "api_key_required": config.api_key is not None}
+
+    @app.post("/v1/explorer/neighbors", response_model=ExplorerNeighborsResponse, responses=_TEI_ERRORS,
+              tags=["explorer"], summary="Per layer, each word's nearest occurrences in context in the --index "
+              "(Peters et al. 2018, Table 4)")
+    async def explorer_neighbors(body: ExplorerNeighborsRequest):
+        if index is None:
+            raise no_index()
+        tokens = one_sentence(body.inputs, body.tokens)
+        positions = [position_in(tokens, p, "positions") for p in (body.positions or range(len(tokens)))]
+        layers = [layer_index(i, "layers") for i in (body.layers or range(num_layers))]
+        array = (await embedded([tokens]))[0]  # (L, n, D)
+
+        def search():
+            out = []
+            for layer in layers:
+                words = []
+                for position in positions:
+                    hits = index.query(layer, array[layer, position], top=body.top,
+                                       same_form=tokens[position] if body.same_form else None,
+                                       exclude=(tokens, position))
+                    words.append({"position": position, "word": tokens[position],
+                                  "neighbors": [{"score": hit.score, "sentence": hit.sentence, "token": hit.token,
+                                                 **explorer.hit_context(hit.tokens, hit.token, body.window)}
+                                                for hit in hits]})
+                out.append({"layer": layer, "words": words})
+            return {"model": name, "tokens": tokens, "top": body.top, "layers": out}
+
+        return await json_response(search)
+
+    @app.post("/v1/explorer/similarity", response_model=ExplorerSimilarityResponse, responses=_TEI_ERRORS,
+              tags=["explorer"], summary="Token-by-token cosine similarity of two sentences, per layer")
+    async def explorer_similarity(body: ExplorerSimilarityRequest):
+        sentences = []
+        for param, value in (("a", body.a), ("b", body.b)):
+            sentences += checked([list(value)], False, param) if isinstance(value, list) else tokenised(value, False, param)
+        layers = [layer_index(i, "layers") for i in (body.layers or range(num_layers))]
+        a, b = await embedded(sentences)  # (L, n1, D), (L, n2, D)
+        return await json_response(lambda: {
+            "model": name, "tokens_a": sentences[0], "tokens_b": sentences[1], "layers": layers,
+            "cosine": [explorer.cosine_matrix(a[j], b[j]).tolist() for j in layers]})
+
+    @app.post("/v1/explorer/projection", response_model=ExplorerProjectionResponse, responses=_TEI_ERRORS,
+              tags=["explorer"], summary="A word's occurrences in the --index on two principal components, "
+              "coloured by k-means")
+    async def explorer_projection(body: ExplorerProjectionRequest):
+        if index is None:
+            raise no_index()
+        layer = layer_index(body.layer)
+        query_tokens, position = None, None
+        if body.inputs is not None or body.tokens is not None:
+            query_tokens = one_sentence(body.inputs, body.tokens)
+            if body.position is None:
+                raise ServeError(400, "`position` is missing: which word of the sentence to place", "validation",
+                                 param="position")
+            position = position_in(query_tokens, body.position)
+        word = body.word if body.word is not None else (query_tokens[position] if query_tokens else None)
+        if not word:
+            raise ServeError(400, "give `word`, or a sentence (`inputs` or `tokens`) and the `position` of the word",
+                             "validation", param="word")
+        rows = index.occurrences_of(word)
+        shown = rows[: body.max_points]
+        query_vector = (await embedded([query_tokens]))[0][layer, position] if query_tokens is not None else None
+
+        def project():
+            vectors = np.asarray(index.layers[layer][shown], dtype=np.float64)  # (n, D), unit rows
+            projection = explorer.pca_2d(vectors)
+            labels, centroids = explorer.kmeans(vectors, body.clusters, seed=body.seed)
+            points = []
+            for row, (x, y), cluster in zip(shown.tolist(), projection.coords.tolist(), labels.tolist()):
+                sentence, token = index.locate(row)
+                context = explorer.hit_context(index.sentences[sentence], token, body.window)
+                points.append({"x": x, "y": y, "cluster": cluster, "sentence": sentence, "token": token,
+                               "left": context["left"], "word": context["word"], "right": context["right"]})
+            query = None
+            if query_vector is not None:
+                unit = explorer.unit_rows(query_vector[None])  # as the index stores its rows
+                (x, y), = projection.project(unit).tolist()
+                cluster = int(np.argmin(explorer.squared_distances(unit, centroids)[0])) if len(centroids) else 0
+                query = {"x": x, "y": y, "cluster": cluster, "tokens": query_tokens, "position": position}
+            return {"model": name, "word": word, "layer": layer, "n_occurrences": len(rows),
+                    "truncated": len(rows) > len(shown), "clusters": len(centroids),
+                    "explained_variance": projection.explained.tolist(), "points": points, "query": query}
+
+        return await json_response(project)
+
+    @app.get("/v1/explorer/layer-weights", response_model=ExplorerLayerWeightsResponse, responses=_TEI_ERRORS,
+             tags=["explorer"], summary="The learned layer weights (softmax(w), gamma) of the --task-model folders")
+    async def explorer_layer_weights():
+        return {"num_layers": num_layers, "task_models": task_weights}
 
     known = {route.path for route in app.routes}
     app.add_middleware(_Guard, config=config, metrics=metrics, known_paths=known)

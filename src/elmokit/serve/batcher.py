@@ -10,6 +10,11 @@ state and never lets padding reach a real position, so a sentence's vectors are 
 any batch (tests/serve prove it under concurrency). A stateful representation would break that,
 so ``Batcher`` refuses one.
 
+Variants: ``variants`` maps a name to another representation of the same model (the same weights
+started from another initial LSTM state, ``elmokit.warm_state``); a request names one with
+``submit(..., variant=NAME)``. A batch only ever holds requests of one variant: the oldest
+request's, the others keep their place in the queue.
+
 Backpressure: at most ``max_queue`` requests wait; one more raises ``QueueFull`` (the server
 answers 429 with ``Retry-After``), so the backlog is bounded. ``close()`` refuses new requests
 (``ShuttingDown``, 503) and lets the worker finish every request already accepted.
@@ -50,6 +55,7 @@ class _Job:
     sentences: list[list[str]]
     future: Future
     tokens: int
+    variant: str | None = None
     queued_at: float = field(default_factory=time.monotonic)
 
 
@@ -66,13 +72,16 @@ class Batcher:
         max_wait_ms: how long the oldest request waits for company before its batch runs.
         max_queue: at most this many requests wait; one more raises ``QueueFull``.
         on_batch: called after each batch with (sentences, tokens, seconds).
+        variants: other representations a request may name (``submit(..., variant=NAME)``).
     """
 
     def __init__(self, representation, *, max_batch_tokens: int = 4096, max_wait_ms: float = 5.0,
-                 max_queue: int = 256, on_batch: BatchHook | None = None) -> None:
-        if getattr(representation, "stateful", False):
-            raise ValueError("a stateful representation cannot serve requests: its vectors would depend on the "
-                             "batch; load it without stateful=True")
+                 max_queue: int = 256, on_batch: BatchHook | None = None, variants: dict | None = None) -> None:
+        self.variants = dict(variants or {})
+        for rep in (representation, *self.variants.values()):
+            if getattr(rep, "stateful", False):
+                raise ValueError("a stateful representation cannot serve requests: its vectors would depend on the "
+                                 "batch; load it without stateful=True")
         if max_batch_tokens < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError(f"need max_batch_tokens >= 1, max_queue >= 1, max_wait_ms >= 0; got {max_batch_tokens}, "
                              f"{max_queue}, {max_wait_ms}")
@@ -118,12 +127,15 @@ class Batcher:
         """The worker thread is running (False before ``start`` and after ``close``)."""
         return self._thread.is_alive()
 
-    def submit(self, sentences: Sequence[Sequence[str]]) -> Future:
-        """A Future of one float32 array (num_layers, n_tokens, dim) per sentence.
+    def submit(self, sentences: Sequence[Sequence[str]], variant: str | None = None) -> Future:
+        """A Future of one float32 array (num_layers, n_tokens, dim) per sentence, from the
+        representation named ``variant`` (None: the main one).
 
         Raises ``QueueFull`` when ``max_queue`` requests already wait, ``ShuttingDown`` after ``close``.
         Cancelling the Future before the worker takes it drops the request from its batch."""
-        job = _Job([list(s) for s in sentences], Future(), sum(len(s) for s in sentences))
+        if variant is not None and variant not in self.variants:
+            raise KeyError(f"no representation variant {variant!r} (have {sorted(self.variants)})")
+        job = _Job([list(s) for s in sentences], Future(), sum(len(s) for s in sentences), variant)
         with self._cond:
             if self._closed:
                 raise ShuttingDown("the server is shutting down and accepts no new requests")
@@ -167,12 +179,20 @@ class Batcher:
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            batch, tokens = [], 0
-            while self._queue and (not batch or tokens + self._queue[0].tokens <= self.max_batch_tokens):
-                job = self._queue.popleft()
+            batch, tokens, passed = [], 0, []
+            variant = self._queue[0].variant
+            while self._queue:
+                job = self._queue[0]
+                if job.variant != variant:  # another variant's request waits for a batch of its own
+                    passed.append(self._queue.popleft())
+                    continue
+                if batch and tokens + job.tokens > self.max_batch_tokens:
+                    break
+                self._queue.popleft()
                 self._queued_tokens -= job.tokens
                 tokens += job.tokens
                 batch.append(job)
+            self._queue.extendleft(reversed(passed))  # back in front, in their order
             return batch
 
     def _run(self) -> None:
@@ -185,10 +205,11 @@ class Batcher:
                 continue
             sentences = [s for job in jobs for s in job.sentences]
             tokens = sum(job.tokens for job in jobs)
+            representation = self.representation if jobs[0].variant is None else self.variants[jobs[0].variant]
             started = time.perf_counter()
             self._busy = True
             try:
-                arrays = self.representation.embed(sentences)
+                arrays = representation.embed(sentences)
             except BaseException as error:  # noqa: BLE001 - every waiting client must hear of it
                 logger.exception("elmokit serve: embedding a batch of %d sentences failed", len(sentences))
                 for job in jobs:

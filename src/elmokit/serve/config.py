@@ -19,7 +19,8 @@ class ServeConfig:
         request_timeout_s: a request not answered by then gets 504 (and leaves its batch if not started).
         api_key: when set, every route but /health needs ``Authorization: Bearer KEY`` (else 401).
         tokenizer: how raw text becomes tokens: "whitespace" (``str.split``, as ``elmokit embed`` reads
-            lines) or "regex" (``\\w+|[^\\w\\s]``); ``elmokit.text.corpus.Tokenizer``.
+            lines), "regex" (``\\w+|[^\\w\\s]``), or a segmenter for unsegmented text ("jieba", "rjieba",
+            "pkuseg", "chars"); any kind of ``elmokit.text.corpus.Tokenizer``.
         shutdown_timeout_s: on SIGTERM, how long accepted requests may take to finish.
     """
 

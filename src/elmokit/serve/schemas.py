@@ -61,6 +61,9 @@ class ElmoRequest(BaseModel):
                                     "gamma * sum_j softmax(w)_j * h_j (Peters et al. 2018, eq. 1)")
     gamma: float = Field(1.0, description="the scale of the mix")
     truncate: bool = False
+    initial_state: Literal["zero", "warm"] | None = Field(
+        None, description="where every sentence's LSTM state starts: zero, or the model's warm state "
+        "(elmokit.warm_state); default: the server's --initial-state. /v1/explorer lists those this server accepts")
 
 
 class TokenInfo(BaseModel):
@@ -125,3 +128,151 @@ class OpenAIErrorBody(BaseModel):
 
 class OpenAIError(BaseModel):
     error: OpenAIErrorBody
+
+
+# ---- the explorer page's routes (/v1/explorer/...) ---------------------------------------------------
+
+
+class ExplorerNeighborsRequest(BaseModel):
+    """Per layer, each word's nearest occurrences in the server's ``--index`` (Peters et al. 2018, Table 4)."""
+
+    inputs: str | None = Field(None, description="the sentence as text, tokenised by the server (or give tokens)")
+    tokens: list[str] | None = Field(None, description="the sentence already tokenised (or give inputs)")
+    positions: list[int] | None = Field(None, description="the words to look up (0-based; default every word)")
+    layers: list[int] | None = Field(None, description="the layers to search (default all; -1 is the top)")
+    top: int = Field(5, ge=1, le=50, description="occurrences per word and layer")
+    same_form: bool = Field(False, description="only occurrences of the same word form")
+    window: int = Field(8, ge=0, le=50, description="tokens of context shown either side of each occurrence")
+
+
+class ExplorerHit(BaseModel):
+    score: float = Field(description="cosine of the query word's vector and the occurrence's")
+    sentence: int = Field(description="the index's sentence number")
+    token: int = Field(description="the occurrence's position in that sentence")
+    left: str
+    word: str
+    right: str
+    cut_left: bool
+    cut_right: bool
+
+
+class ExplorerWordHits(BaseModel):
+    position: int
+    word: str
+    neighbors: list[ExplorerHit]
+
+
+class ExplorerLayerHits(BaseModel):
+    layer: int
+    words: list[ExplorerWordHits]
+
+
+class ExplorerNeighborsResponse(BaseModel):
+    model: str
+    tokens: list[str]
+    top: int
+    layers: list[ExplorerLayerHits]
+
+
+class ExplorerSimilarityRequest(BaseModel):
+    """Token-by-token cosine similarity of two sentences, per layer."""
+
+    a: str | list[str] = Field(description="the first sentence: text, or a list of tokens")
+    b: str | list[str] = Field(description="the second sentence: text, or a list of tokens")
+    layers: list[int] | None = Field(None, description="the layers (default all; -1 is the top)")
+
+
+class ExplorerSimilarityResponse(BaseModel):
+    model: str
+    tokens_a: list[str]
+    tokens_b: list[str]
+    layers: list[int]
+    cosine: list[list[list[float]]] = Field(description="(layers, tokens of a, tokens of b)")
+
+
+class ExplorerProjectionRequest(BaseModel):
+    """A word's occurrences in the index, on their first two principal components, coloured by k-means."""
+
+    word: str | None = Field(None, description="the word form to look up (default: the word at `position` of inputs)")
+    layer: int = Field(-1, description="the layer (-1: top)")
+    clusters: int = Field(2, ge=1, le=8, description="k of k-means (fewer when there are fewer distinct points)")
+    seed: int = Field(0, ge=0, description="the k-means++ seed")
+    max_points: int = Field(1000, ge=2, le=5000, description="at most this many occurrences (the first in corpus order)")
+    window: int = Field(6, ge=0, le=50, description="tokens of context either side, for each point's label")
+    inputs: str | None = Field(None, description="a sentence to place among the occurrences (optional)")
+    tokens: list[str] | None = Field(None, description="the same, already tokenised")
+    position: int | None = Field(None, description="the word's position in that sentence")
+
+
+class ExplorerPoint(BaseModel):
+    x: float
+    y: float
+    cluster: int
+    sentence: int
+    token: int
+    left: str
+    word: str
+    right: str
+
+
+class ExplorerQueryPoint(BaseModel):
+    x: float
+    y: float
+    cluster: int
+    tokens: list[str]
+    position: int
+
+
+class ExplorerProjectionResponse(BaseModel):
+    model: str
+    word: str
+    layer: int
+    n_occurrences: int = Field(description="occurrences of the word in the index")
+    truncated: bool = Field(description="more occurrences than max_points: only the first are shown")
+    clusters: int = Field(description="the k used")
+    explained_variance: list[float] = Field(description="variance ratio of the two axes")
+    points: list[ExplorerPoint]
+    query: ExplorerQueryPoint | None
+
+
+class ExplorerMix(BaseModel):
+    name: str = Field(description="input (ELMo at the task model's input) or output")
+    parameter: str
+    layers: list[int] = Field(description="the representation's layers this mix weighs")
+    w: list[float] = Field(description="the learned pre-softmax weights")
+    softmax_w: list[float] = Field(description="softmax(w): eq. 1's s_j")
+    gamma: float
+
+
+class ExplorerTaskModel(BaseModel):
+    name: str
+    kind: Literal["tagger", "classifier"]
+    representation: str
+    elmo_layers: int
+    elmo_mode: str
+    mixes: list[ExplorerMix]
+
+
+class ExplorerLayerWeightsResponse(BaseModel):
+    num_layers: int = Field(description="the served model's layers")
+    task_models: list[ExplorerTaskModel]
+
+
+class ExplorerIndexInfo(BaseModel):
+    representation: str
+    n_sentences: int
+    n_tokens: int
+    num_layers: int
+    dim: int
+    dtype: str
+
+
+class ExplorerInfo(BaseModel):
+    model: str
+    num_layers: int
+    dim: int
+    tokenizer: str
+    index: ExplorerIndexInfo | None = Field(description="the --index (null: none was given)")
+    task_models: list[str] = Field(description="the --task-model names")
+    initial_states: list[str] = Field(description="the initial states /v1/elmo accepts per request")
+    api_key_required: bool

@@ -1,0 +1,175 @@
+"""Load test of `elmokit serve`: locust (headless, 127.0.0.1 only) at 1, 8 and 32 clients, against
+the library's own throughput on the same sentences.
+
+    python benchmarks/serve_load.py                       # default model, 20 s per level
+    python benchmarks/serve_load.py --users 1,8 --run-time 10 --threads 2
+
+Starts `elmokit serve --model MODEL --port 0 --threads T` in its own process, posts to TEI's
+`/embed` (a pooled vector per text, so the response is small and the measure is the service:
+parsing, batching, the model, pooling) requests of `--per-request` sentences drawn in a fixed order
+from a fixed sample of the gutenberg_en test text, and reads locust's statistics: requests/s, p50
+and p99 latency. Sentences/s = requests/s x per-request; tokens/s = sentences/s x the sample's mean
+tokens per sentence. The library's throughput is `Embedder.embed` on the same sample in batches of
+64 with the same thread count, in this process (with the server stopped). Writes JSON to --out and
+prints a markdown table. Target (issue 15): the server at 32 clients at least 90% of the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import lzma
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from elmokit.data_paths import shared_data  # noqa: E402
+
+LOCUSTFILE = '''
+import itertools, json, os
+from locust import HttpUser, constant, task
+
+SAMPLE = json.loads(open(os.environ["ELMOKIT_LOAD_SAMPLE"], encoding="utf-8").read())
+PER_REQUEST = int(os.environ["ELMOKIT_LOAD_PER_REQUEST"])
+COUNTER = itertools.count()
+
+
+class Client(HttpUser):
+    wait_time = constant(0)
+
+    def on_start(self):
+        self.position = next(COUNTER) * 97  # each client starts elsewhere in the sample, in a fixed order
+
+    @task
+    def embed(self):
+        texts = [SAMPLE[(self.position + i) % len(SAMPLE)] for i in range(PER_REQUEST)]
+        self.position += PER_REQUEST
+        with self.client.post("/embed", json={"inputs": texts}, catch_response=True) as response:
+            if response.status_code != 200 or len(response.json()) != PER_REQUEST:
+                response.failure(f"status {response.status_code}")
+'''
+
+
+def sample_sentences(n: int, min_tokens: int = 5, max_tokens: int = 40) -> list[str]:
+    """The first ``n`` lines of the gutenberg_en test text with min..max tokens (a fixed sample)."""
+    path = shared_data("gutenberg_en", "test.txt.xz")
+    if not path.exists():
+        raise SystemExit(f"needs {path} (the shared data folder; set ELMOKIT_SHARED)")
+    out = []
+    with lzma.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            tokens = line.split()
+            if min_tokens <= len(tokens) <= max_tokens:
+                out.append(" ".join(tokens))
+                if len(out) == n:
+                    break
+    return out
+
+
+def start_server(model: str, threads: int) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "elmokit.cli.main", "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
+         "--threads", str(threads), "--log-level", "warning", "--max-queue", "1024"],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    deadline = time.monotonic() + 120
+    for line in process.stderr:
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if match:
+            return process, match.group(1)
+        if time.monotonic() > deadline:
+            break
+    process.kill()
+    raise SystemExit("the server did not start")
+
+
+def run_locust(url: str, users: int, run_time: int, workdir: Path, env: dict) -> dict:
+    prefix = workdir / f"u{users}"
+    subprocess.run(
+        ["locust", "-f", str(workdir / "locustfile.py"), "--headless", "-u", str(users), "-r", str(users),
+         "--run-time", f"{run_time}s", "--host", url, "--csv", str(prefix), "--only-summary", "--loglevel", "WARNING",
+         "--stop-timeout", "10"],
+        check=False, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=run_time + 120)
+    with open(f"{prefix}_stats.csv", newline="") as handle:
+        row = next(r for r in csv.DictReader(handle) if r["Name"] == "Aggregated")
+    return {"users": users, "requests": int(row["Request Count"]), "failures": int(row["Failure Count"]),
+            "requests_per_s": float(row["Requests/s"]), "p50_ms": float(row["50%"]), "p99_ms": float(row["99%"])}
+
+
+def library_throughput(model: str, sentences: list[list[str]], threads: int, seconds: float) -> float:
+    """Sentences/s of ``Embedder.embed`` in batches of 64, repeated for about ``seconds`` after a warm-up."""
+    import torch
+
+    from elmokit import Embedder
+
+    torch.set_num_threads(threads)
+    embedder = Embedder.load(model, batch_size=64)
+    embedder.embed(sentences[:64])  # warm-up
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for start in range(0, len(sentences), 64):
+            embedder.embed(sentences[start:start + 64])
+            done += len(sentences[start:start + 64])
+    return done / (time.perf_counter() - started)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="default", help="model to serve (default: the shipped one)")
+    parser.add_argument("--users", default="1,8,32", help="concurrent clients per level (default 1,8,32)")
+    parser.add_argument("--run-time", type=int, default=20, help="seconds per level (default 20)")
+    parser.add_argument("--per-request", type=int, default=4, help="sentences per request (default 4)")
+    parser.add_argument("--sample", type=int, default=512, help="sentences in the fixed sample (default 512)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads, server and library (default 2)")
+    parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "serve_load.json"), help="JSON results")
+    args = parser.parse_args()
+
+    sample = sample_sentences(args.sample)
+    mean_tokens = sum(len(s.split()) for s in sample) / len(sample)
+    workdir = Path(tempfile.mkdtemp(prefix="elmokit-load-"))
+    (workdir / "locustfile.py").write_text(LOCUSTFILE)
+    (workdir / "sample.json").write_text(json.dumps(sample))
+    env = {**os.environ, "ELMOKIT_LOAD_SAMPLE": str(workdir / "sample.json"),
+           "ELMOKIT_LOAD_PER_REQUEST": str(args.per_request)}
+    process, url = start_server(args.model, args.threads)
+    levels = []
+    try:
+        run_locust(url, 2, 5, workdir, env)  # warm-up: the token cache and the allocator
+        for users in (int(u) for u in args.users.split(",")):
+            level = run_locust(url, users, args.run_time, workdir, env)
+            level["sentences_per_s"] = level["requests_per_s"] * args.per_request
+            level["tokens_per_s"] = level["sentences_per_s"] * mean_tokens
+            levels.append(level)
+            print(json.dumps(level), file=sys.stderr)
+    finally:
+        process.terminate()
+        process.wait(60)
+    library = library_throughput(args.model, [s.split() for s in sample], args.threads, args.run_time)
+    result = {"date": date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} CPUs "
+              f"({platform.processor() or platform.platform()})", "command": " ".join(["python", *sys.argv]),
+              "model": args.model, "threads": args.threads, "per_request": args.per_request,
+              "sample_sentences": len(sample), "mean_tokens": round(mean_tokens, 2), "levels": levels,
+              "library_sentences_per_s": library, "library_tokens_per_s": library * mean_tokens}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print("| clients | requests | failures | sentences/s | tokens/s | p50 ms | p99 ms | vs library |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for level in levels:
+        print(f"| {level['users']} | {level['requests']} | {level['failures']} | {level['sentences_per_s']:.1f} | "
+              f"{level['tokens_per_s']:.0f} | {level['p50_ms']:.0f} | {level['p99_ms']:.0f} | "
+              f"{level['sentences_per_s'] / library:.0%} |")
+    print(f"| library (`Embedder.embed`, batches of 64) | | | {library:.1f} | {library * mean_tokens:.0f} | | | 100% |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
