@@ -189,14 +189,27 @@ class Embedder:
     ) -> Embedder:
         """``"default"`` (the shipped model), a native folder, or a folder with options.json + weights.hdf5.
 
+        A transformers checkpoint folder (``elmokit pretrain``'s ``model/``, or any local HF folder
+        with a fast tokenizer) gives a ``TransformerRepresentation`` instead: the same ``embed``,
+        ``embed_file`` and ``(layers, words, dim)`` contract, with ``pooling`` ("first", "mean", "last")
+        of a word's subword pieces.
+
         ``initial_state``: ``"zero"`` (default) or ``"warm"`` (the folder's warm_state.safetensors,
         written by ``elmokit warm-state``). ``options``: ``batch_size``, ``precision`` ("fp32"
         exact, "bf16" fast), ``token_cache_size``, ``tokenizer`` (default: the segmenter the model
         records in ``lm.json``, see ``elmokit.text.corpus.raw_text_tokenizer``; else whitespace).
         """
         from elmokit.formats import recorded_tokenizer
+        from elmokit.representation import is_transformer_folder
         from elmokit.text.corpus import raw_text_tokenizer
 
+        if is_transformer_folder(path):  # `elmokit pretrain`'s model/ or any local HF checkpoint folder
+            from elmokit.pretraining.representation import TransformerRepresentation
+
+            if stateful or initial_state != "zero" or options.get("precision", "fp32") != "fp32":
+                raise ValueError(f"{path}: a transformer folder has no stateful, warm-state or bf16 mode")
+            return TransformerRepresentation.load(path, pooling=options.get("pooling", "mean"),
+                                                  batch_size=options.get("batch_size", 1))
         bilm = load_bilm(path, stateful=stateful, initial_state=initial_state)
         if options.get("tokenizer") is None:
             options["tokenizer"] = raw_text_tokenizer(recorded_tokenizer(path))

@@ -150,3 +150,26 @@ def test_a_sentence_longer_than_the_positions_is_embedded_in_overlapping_windows
     middle = len(words) // 2
     s, e = windows[max(range(len(windows)), key=lambda w: min(middle - windows[w][0], windows[w][1] - 1 - middle))]
     assert min(middle - s, e - 1 - middle) >= (e - s) // 4
+
+
+def test_embedder_load_and_elmokit_embed_take_a_transformer_folder(bert_folder, tmp_path):
+    import h5py
+
+    from elmokit import Embedder
+    from elmokit.cli.main import main
+
+    folder, _ = bert_folder
+    sentences = [["the", "dog", "sat"], ["a", "cat", "ran", "far", "."]]
+    embedder = Embedder.load(folder, pooling="first")
+    direct = TransformerRepresentation.load(folder, pooling="first")
+    assert isinstance(embedder, TransformerRepresentation) and embedder.pooling == "first"
+    for got, expected in zip(embedder.embed(sentences), direct.embed(sentences)):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match="no stateful, warm-state or bf16 mode"):
+        Embedder.load(folder, precision="bf16")
+    (tmp_path / "in.txt").write_text("".join(" ".join(s) + "\n" for s in sentences), encoding="utf-8")
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.h5"), "--all", "--model", str(folder)]) == 0
+    mean = TransformerRepresentation.load(folder).embed(sentences)  # the command's pooling: mean
+    with h5py.File(tmp_path / "out.h5", "r") as h5:
+        for i, expected in enumerate(mean):
+            np.testing.assert_allclose(h5[str(i)][()], expected, rtol=1e-6, atol=1e-6)

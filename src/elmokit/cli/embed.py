@@ -82,9 +82,10 @@ def run(args: argparse.Namespace) -> int:
 
     tokenizer = Tokenizer(kind=args.tokenizer) if args.tokenizer is not None else None  # a missing package fails now
     embedder = load_embedder(args, stateful=args.stateful, batch_size=args.batch_size)
-    if tokenizer is not None:
-        embedder.tokenizer = tokenizer
-    cut = json.dumps(embedder.tokenizer.to_dict()) if embedder.tokenizer is not None else "whitespace"
+    words = "word_tokenizer" if hasattr(embedder, "word_tokenizer") else "tokenizer"  # a transformer's own
+    if tokenizer is not None:  # `tokenizer` is its subword tokenizer; words are cut before it
+        setattr(embedder, words, tokenizer)
+    cut = json.dumps(getattr(embedder, words).to_dict()) if getattr(embedder, words) is not None else "whitespace"
     print(
         f"elmokit embed: model={embedder.name} layers={embedder.num_layers} dim={embedder.dim} tokenizer={cut} "
         f"format={args.output_format} batch_size={args.batch_size} stateful={args.stateful} "

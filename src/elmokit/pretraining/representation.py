@@ -208,3 +208,20 @@ class TransformerRepresentation:
 
     def embed_sentence(self, words: Sequence[str]) -> np.ndarray:
         return self.embed([words])[0]
+
+    # What `elmokit embed` and `Embedder.load(DIR)` users call on an ELMo Embedder, for a transformer folder too.
+    stateful = False  # every sentence alone: no state carried between batches
+    word_tokenizer = None  # how raw lines are cut into words (``elmokit.text.corpus.Tokenizer``); None: whitespace
+
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return self.embed(sentences)
+
+    def tokenize(self, text: str) -> list[str]:
+        """A raw line as words (``word_tokenizer``, else whitespace); the subword tokenizer then cuts each word."""
+        return self.word_tokenizer(text) if self.word_tokenizer is not None else text.split()
+
+    def embed_file(self, input_file, output_file, **options):
+        """The HDF5 layout of ``Embedder.embed_file`` (``elmokit.formats.embedding_hdf5.embed_file``)."""
+        from elmokit.formats.embedding_hdf5 import embed_file
+
+        return embed_file(self, input_file, output_file, **options)
