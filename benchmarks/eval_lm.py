@@ -2,6 +2,7 @@
 
     python benchmarks/eval_lm.py --model src/elmokit/models/default --json docs/benchmarks/default_model_eval.json
     python benchmarks/eval_lm.py --model DIR --gutenberg-lines 5000 --threads 2 --update-card
+    python benchmarks/eval_lm.py --model DIR --only-texts --text "People's Daily test=runs/zh/corpus/test_peoples_daily.txt" --update-card
 
 ``--update-card`` writes the table into the model folder's README.md (between marker comments,
 replacing an earlier table), with the command that produced it.
@@ -38,6 +39,10 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--update-card", action="store_true", help="write the table into the model's README.md")
+    parser.add_argument("--text", action="append", default=[], metavar="NAME=PATH",
+                        help="also (or with --only-texts, only) this text, cut by the model's own tokenizer; repeatable")
+    parser.add_argument("--only-texts", action="store_true",
+                        help="measure only the --text sets (e.g. a Chinese model: the English sets mean nothing to it)")
     args = parser.parse_args()
 
     import torch
@@ -56,6 +61,13 @@ def main() -> int:
         ("WikiText-2 test (wiki.test.tokens)", SHARED / "data" / "wikitext2_eval" / "wiki.test.tokens", Tokenizer(), None),
         ("PTB test (Mikolov)", SHARED / "data" / "ptb_mikolov" / "ptb.test.txt", Tokenizer(), None),
     ]
+    extra = []
+    for item in args.text:
+        name, equals, path = item.partition("=")
+        if not equals or not name or not path:
+            parser.error(f"--text {item!r}: give NAME=PATH")
+        extra.append((name, Path(path), own, None))
+    sets = extra if args.only_texts else sets + extra
     results = []
     for name, path, tokenizer, limit in sets:
         if not path.exists():

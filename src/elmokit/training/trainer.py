@@ -76,9 +76,6 @@ RUN_FORMAT_VERSION = 1
 
 __all__ = ["RunError", "NonFiniteError", "TrainResult", "read_run", "train", "read_metrics"]
 
-# The names these helpers had here before they moved to loop.py (kept: other modules import them).
-_truncate_metrics, _last_logged_loss, _progress_bar = truncate_metrics, last_logged_loss, progress_bar
-
 
 @dataclass
 class TrainResult:

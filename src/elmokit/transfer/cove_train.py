@@ -56,7 +56,8 @@ from elmokit.training.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from elmokit.training.trainer import RunError, _progress_bar, _truncate_metrics
+from elmokit.training.loop import progress_bar, truncate_metrics
+from elmokit.training.trainer import RunError
 from elmokit.transfer.cove import (
     BOS,
     EOS,
@@ -398,12 +399,12 @@ def train_cove(
                 logger.warning("the checkpoint was written with %s CPU threads, this run uses %d: the weights will not "
                                "be bit-identical to an uninterrupted run", state["threads"], torch.get_num_threads())
             logger.info("resuming from %s (step %d)", ckpt, step)
-    _truncate_metrics(run_dir / "metrics.jsonl", step)
+    truncate_metrics(run_dir / "metrics.jsonl", step)
     lengths = [len(s) + len(t) for s, t in zip(train_pairs.source, train_pairs.target)]
     started = time.perf_counter()
     last_saved, last_loss = step, None
     window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
-    bar = _progress_bar(progress, training.max_steps, step)
+    bar = progress_bar(progress, training.max_steps, step)
     plan, plan_epoch = [], -1
 
     def elapsed() -> float:
