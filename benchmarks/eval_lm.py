@@ -2,7 +2,7 @@
 
     python benchmarks/eval_lm.py --model src/elmokit/models/default --json docs/benchmarks/default_model_eval.json
     python benchmarks/eval_lm.py --model DIR --gutenberg-lines 5000 --threads 2 --update-card
-    python benchmarks/eval_lm.py --model DIR --only-texts --text "People's Daily test=runs/zh/corpus/test_peoples_daily.txt" --update-card
+    python benchmarks/eval_lm.py --model DIR --only-texts --text "PD test=runs/zh/corpus/test_peoples_daily.txt" --update-card
 
 ``--update-card`` writes the table into the model folder's README.md (between marker comments,
 replacing an earlier table), with the command that produced it.

@@ -9,6 +9,7 @@ config.json of every task model trained on it so that prediction rebuilds the sa
 
     {"kind": "elmo", "model": "default"}                        # shipped name or model folder
     {"kind": "elmo", "model": "/runs/lm", "initial_state": "warm"}
+    {"kind": "elmo", "model": "zh", "align": "chars"}           # character tokens, each given its word's vectors
     {"kind": "elmo-original", "options_file": ".../options.json", "weight_file": ".../weights.hdf5"}
     {"kind": "vectors", "path": ".../vectors.txt"}              # a static table: run folder or file
     {}                                                          # no representation (a baseline)
@@ -64,17 +65,26 @@ class RepresentationError(ValueError):
 
 
 class ElmoModel:
-    """An ELMo model by shipped name ('default') or folder (native, or options.json + weights.hdf5)."""
+    """An ELMo model by shipped name ('default') or folder (native, or options.json + weights.hdf5).
+
+    ``align``: ``"words"`` (default: the tokens given are the model's words) or ``"chars"`` (the tokens
+    are characters of unsegmented text, as in Chinese NER: each gets the vectors of the word of the
+    model's recorded segmenter that contains it; ``CharAlignedWords``)."""
 
     kind = "elmo"
-    fields = ("model", "initial_state")
+    fields = ("model", "initial_state", "align")
     path_fields = ("model",)
 
     @staticmethod
     def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
         from elmokit.elmo import Embedder
 
-        return Embedder.load(spec["model"], initial_state=spec.get("initial_state", "zero"), **options)
+        align = spec.get("align", "words")
+        if align not in ALIGNMENTS:
+            raise RepresentationError(f"representation {dict(spec)!r}: align must be one of {', '.join(ALIGNMENTS)}, "
+                                      f"not {align!r}")
+        embedder = Embedder.load(spec["model"], initial_state=spec.get("initial_state", "zero"), **options)
+        return CharAlignedWords(embedder) if align == "chars" else embedder
 
 
 class ElmoOriginalFiles:
@@ -147,6 +157,86 @@ class CoveEncoderFolder:
         if options.get("stateful") or options.get("precision", "fp32") != "fp32":
             raise RepresentationError(f"{spec['path']}: a CoVe representation has no stateful or bf16 mode")
         return CoveRepresentation.load(spec["path"], mode=spec.get("mode", "cove"), batch_size=options.get("batch_size", 64))
+
+
+# How the tokens given to a representation relate to the words it embeds (the ``align`` field of the elmo kind).
+ALIGNMENTS = ("words", "chars")
+
+
+class CharAlignedWords:
+    """A word-level representation used on characters: each character gets the vectors of the word that
+    contains it (a character-level task, e.g. Chinese NER or word segmentation as B/M/E/S tagging, on a
+    model trained on segmenter words).
+
+    For a sentence of tokens c_1..c_n (characters; any strings) the tokens are joined without spaces,
+    the joined text is cut by ``tokenizer`` (default: the representation's own, the segmenter a model
+    records in lm.json), the words w_1..w_m are embedded by the word representation in one call, and
+    token i gets the vectors of the word holding its first non-space character:
+    out[:, i] = words_out[:, owner(i)], shape (num_layers, n, dim). A token of whitespace only gets
+    zeros. Batch-invariant whenever the word representation is (ELMo's zero-state embedding is).
+
+    Feeding the characters directly to a word-level model instead would give every character the
+    vectors of a one-character "word" in a sentence of one-character words: text unlike anything a
+    jieba-trained biLM read, so its context layers would carry little of what it learned.
+    """
+
+    def __init__(self, words, tokenizer=None) -> None:
+        tokenizer = tokenizer if tokenizer is not None else getattr(words, "tokenizer", None)
+        if tokenizer is None:
+            raise RepresentationError(f"{getattr(words, 'name', words)}: align='chars' needs a segmenter: the model "
+                                      "records none (train it with --tokenizer jieba), and none was given")
+        self.words = words
+        self.tokenizer = tokenizer
+        self.name = f"{words.name}+chars"
+        self.num_layers = words.num_layers
+        self.dim = words.dim
+
+    @property
+    def fingerprint(self) -> str:
+        how = self.tokenizer.to_dict() if hasattr(self.tokenizer, "to_dict") else repr(self.tokenizer)
+        return f"{fingerprint(self.words)}+chars:{json.dumps(how, sort_keys=True)}"
+
+    def segment(self, tokens: Sequence[str]) -> tuple[list[str], list[int]]:
+        """(words of the joined tokens, the index of each token's word, -1 for a whitespace-only token)."""
+        text = "".join(tokens)
+        words = self.tokenizer(text) if text.strip() else []
+        reference = text.lower() if getattr(self.tokenizer, "lowercase", False) else text
+        if len(reference) != len(text):
+            raise RepresentationError(f"{self.name}: lowercasing changes the length of {text[:40]!r}; characters "
+                                      "cannot be aligned to words")
+        owner = [-1] * len(text)  # the word of each character of the joined text
+        position = 0
+        for index, word in enumerate(words):
+            for char in word:
+                while position < len(text) and reference[position].isspace():
+                    position += 1
+                if position == len(text) or reference[position] != char:
+                    raise RepresentationError(f"{self.name}: the segmenter's words {words[:8]!r}... do not spell "
+                                              f"the text {text[:40]!r}; characters cannot be aligned to words")
+                owner[position] = index
+                position += 1
+        token_owner, start = [], 0
+        for token in tokens:
+            inside = [owner[i] for i in range(start, start + len(token)) if owner[i] >= 0]
+            token_owner.append(inside[0] if inside else -1)
+            start += len(token)
+        return words, token_owner
+
+    def embed(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """One float32 array (num_layers, n_tokens, dim) per sentence of character tokens."""
+        if isinstance(sentences, str) or any(isinstance(s, str) for s in sentences):
+            raise TypeError("embed expects tokenised sentences (lists of characters)")
+        segmented = [self.segment(tokens) for tokens in sentences]
+        with_words = [i for i, (words, _) in enumerate(segmented) if words]
+        vectors = dict(zip(with_words, self.words.embed([segmented[i][0] for i in with_words])))
+        out = []
+        for i, (_, owner) in enumerate(segmented):
+            array = np.zeros((self.num_layers, len(owner), self.dim), dtype=np.float32)
+            index = np.asarray(owner, dtype=np.int64)
+            if i in vectors and len(owner):
+                array[:, index >= 0] = vectors[i][:, index[index >= 0]]
+            out.append(array)
+        return out
 
 
 # kind -> the class that loads it. One entry per kind of representation.

@@ -1,12 +1,15 @@
-"""`elmokit eval similarity|pos|ner|probe|wsd|sst`: evaluate any representation.
+"""`elmokit eval similarity|pos|ner|cws|probe|wsd|sst`: evaluate any representation.
 
     elmokit eval similarity --vectors runs/static/sgns --vectors glove.6B.100d.txt --out sim.json
     elmokit eval pos --model default --epochs 3 --max-train-sentences 2000 --out pos.json
     elmokit eval ner --vectors runs/static/sgns --datasets wnut17 --out ner.json
+    elmokit eval ner --model zh --datasets weibo,resume --out zh_ner.json
+    elmokit eval cws --model zh --max-train-sentences 2000 --max-dev-sentences 300 --out zh_cws.json
 
 similarity: word similarity (Spearman) and analogy (3CosAdd).
 pos / ner: a BiLSTM-CRF tagger trained with the representation and without it (UPOS accuracy on
 UD English-EWT; strict span F1 on WikiANN-en, WNUT-17 and CoNLL-2003 when present).
+cws: Chinese word segmentation as B/M/E/S tagging, scored as the SIGHAN bakeoff's word F1.
 
 ``--vectors`` takes a run folder of `elmokit static train` or a word2vec/GloVe file (text with or
 without header, or binary); repeat it to compare several in one table. ``--model`` loads an ELMo
@@ -39,6 +42,7 @@ def register(subparsers) -> None:
     _register_similarity(sub)
     _register_tagging(sub, "pos")
     _register_tagging(sub, "ner")
+    _register_tagging(sub, "cws")
     _register_probe(sub)
     _register_wsd(sub)
     _register_sst(sub)
@@ -133,19 +137,27 @@ def run_similarity(args: argparse.Namespace) -> int:
 
 
 def _register_tagging(sub, task: str) -> None:
-    from elmokit.evaluation.tagging import NER_DATASETS, POS_DATASETS
+    from elmokit.evaluation.tagging import CHINESE_DATASETS, CWS_DATASETS, NER_DATASETS, POS_DATASETS
 
-    datasets = POS_DATASETS if task == "pos" else NER_DATASETS
-    what = ("UPOS accuracy on UD English-EWT test" if task == "pos" else
-            "span F1 (seqeval strict mode, IOB2) on WikiANN-en, WNUT-17 and CoNLL-2003 (when present)")
+    datasets = {"pos": POS_DATASETS, "ner": NER_DATASETS, "cws": CWS_DATASETS}[task]
+    what = {"pos": "UPOS accuracy on UD English-EWT test (pd_pos: PKU-tag accuracy on People's Daily)",
+            "ner": "span F1 (seqeval strict mode, IOB2) on WikiANN-en, WNUT-17 and CoNLL-2003 (when present), "
+                   "or the Chinese Weibo and Resume (characters)",
+            "cws": "Chinese word segmentation as B/M/E/S character tagging, People's Daily train -> SIGHAN-2005 PKU "
+                   "test, word P/R/F1 by the bakeoff scorer's rules"}[task]
+    known = datasets + [d for d in CHINESE_DATASETS.get(task, []) if d not in datasets]
     p = sub.add_parser(task, help=f"{what}, tagger with and without the representation",
                        description=f"{what}. A BiLSTM-CRF is trained with the representation (learned scalar mix "
                        "of its layers) and without it (the baseline), early-stopped on dev; the JSON holds dev and "
                        "test scores and the learned layer weights softmax(w) and gamma.")
     add_representation_arguments(p)
-    p.add_argument("--datasets", default=",".join(datasets), help=f"comma-separated, from: {', '.join(datasets)}")
+    p.add_argument("--datasets", default=",".join(datasets), help=f"comma-separated, from: {', '.join(known)} "
+                   "(default: %(default)s); Chinese character sets give a model with a segmenter (--model zh) "
+                   "each character its word's vectors")
     p.add_argument("--no-baseline", action="store_true", help="skip the tagger without the representation")
     p.add_argument("--max-eval-sentences", type=positive_int, default=None, help="use only the first N dev and test sentences")
+    p.add_argument("--max-dev-sentences", type=positive_int, default=None,
+                   help="use only the first N dev sentences (the early-stopping set), the test set whole")
     p.add_argument("--data-dir", default=None, help="the folder holding the data sets (default: $ELMOKIT_SHARED/data "
                    "or ../shared/data)")
     add_tagger_arguments(p)
@@ -167,12 +179,13 @@ def run_tagging(args: argparse.Namespace) -> int:
             baseline=not args.no_baseline, options=tagger_train_options(args),
             config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
             max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
-            data_dir=args.data_dir, cache_dir=args.cache_dir,
+            max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
         )
     except (TaggingDataError, ValueError) as error:
         print(f"elmokit eval {args.task}: error: {error}", file=sys.stderr)
         return 2
-    metric = "UPOS token accuracy" if args.task == "pos" else "span F1, seqeval strict mode (IOB2)"
+    pos = "UPOS token accuracy" if "pd_pos" not in args.datasets else "token accuracy (UPOS; PKU tags on pd_pos)"
+    metric = {"pos": pos, "ner": "span F1, seqeval strict mode (IOB2)", "cws": "word F1, SIGHAN bakeoff scorer rules"}[args.task]
     print(f"{metric}, in %; best epoch by dev score")
     print(format_table(results))
     if args.out:

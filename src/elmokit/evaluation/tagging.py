@@ -1,5 +1,8 @@
 """Downstream tagging benchmarks: UPOS accuracy on UD English-EWT, NER span F1 on WikiANN-en,
-WNUT-17 and (when present) CoNLL-2003, each with a representation and without (the baseline).
+WNUT-17 and (when present) CoNLL-2003, each with a representation and without (the baseline);
+and the Chinese tasks (``elmokit.tasks.zh_data``): NER on Weibo and Resume (characters), word
+segmentation as B/M/E/S character tagging (People's Daily train -> SIGHAN-2005 PKU test, scored as
+the bakeoff's word F1, ``elmokit.evaluation.segmentation``), POS on People's Daily (words, PKU tags).
 
 Peters et al. (2018) report NER on CoNLL-2003 (Table 1) and POS on the PTB (Table 6); these are
 the openly licensed sets beside them. NER F1 is seqeval's strict span F1 (IOB2), as the
@@ -13,28 +16,51 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from elmokit.data_paths import shared_data
+from elmokit.evaluation.segmentation import read_dictionary, score_segmentation
 from elmokit.tasks.data import TaggedCorpus, read_conll, read_conllu
 from elmokit.tasks.tagger import TaggerConfig, TrainOptions, main_metric, train_tagger
+from elmokit.tasks.zh_data import (
+    bio_to_cws,
+    bmes_to_words,
+    cws_to_bio,
+    read_peoples_daily,
+    read_peoples_daily_cws,
+    read_resume_ner,
+    read_segmented,
+    read_weibo_ner,
+)
 
 logger = logging.getLogger(__name__)
+
+
+def _pd_pos(path: Path, split: str) -> TaggedCorpus:
+    return read_peoples_daily(path, split)
+
+
+def _pd_cws(path: Path, split: str) -> TaggedCorpus:
+    """People's Daily train/dev paragraphs as B/M/E/S characters; the test split is SIGHAN's PKU gold."""
+    return read_segmented(path) if split == "test" else read_peoples_daily_cws(path, split)
 
 
 @dataclass(frozen=True)
 class TaggingDataset:
     name: str
-    task: str  # "pos" or "ner"
+    task: str  # "pos", "ner" or "cws" (word segmentation: B/M/E/S characters, scored as SIGHAN word F1)
     folder: str  # under <shared>/data
-    train: str
+    train: str  # file names under folder
     dev: str
     test: str
     token_prefix: str = ""
     optional: bool = False  # skipped quietly when absent (licence-restricted sets)
+    reader: Callable[[Path, str], TaggedCorpus] | None = None  # (path, split) -> corpus; None: by task
+    units: str = "words"  # "chars": the tokens are characters (a word-level model is aligned to them)
+    dictionary: str = ""  # cws: the training word list (under folder) for OOV recall
 
 
 DATASETS = {
@@ -44,9 +70,21 @@ DATASETS = {
     "wnut17": TaggingDataset("wnut17", "ner", "wnut17", "wnut17train.conll", "emerging.dev.conll",
                              "emerging.test.annotated"),
     "conll2003": TaggingDataset("conll2003", "ner", "conll2003_en", "train.txt", "valid.txt", "test.txt", optional=True),
+    # Chinese (docs/chinese.md, "Chinese tasks")
+    "weibo": TaggingDataset("weibo", "ner", "zh/weibo_ner", "weiboNER_2nd_conll.train", "weiboNER_2nd_conll.dev",
+                            "weiboNER_2nd_conll.test", reader=lambda path, split: read_weibo_ner(path), units="chars"),
+    "resume": TaggingDataset("resume", "ner", "zh/resume_ner", "train.char.bmes", "dev.char.bmes", "test.char.bmes",
+                             reader=lambda path, split: read_resume_ner(path), units="chars"),
+    "pku_cws": TaggingDataset("pku_cws", "cws", ".", "zh/peoples_daily_199801/199801.txt",
+                              "zh/peoples_daily_199801/199801.txt", "zh_sighan2005/pku_test_gold.utf8", reader=_pd_cws,
+                              units="chars", dictionary="zh_sighan2005/pku_training_words.utf8"),
+    "pd_pos": TaggingDataset("pd_pos", "pos", "zh/peoples_daily_199801", "199801.txt", "199801.txt", "199801.txt",
+                             reader=_pd_pos),
 }
 POS_DATASETS = ["ewt"]
 NER_DATASETS = ["wikiann", "wnut17", "conll2003"]
+CWS_DATASETS = ["pku_cws"]
+CHINESE_DATASETS = {"ner": ["weibo", "resume"], "cws": ["pku_cws"], "pos": ["pd_pos"]}
 
 
 class BenchmarkDataError(FileNotFoundError):
@@ -64,9 +102,43 @@ def load_dataset(dataset: TaggingDataset, data_dir: str | os.PathLike | None = N
             return None
         raise BenchmarkDataError(f"{dataset.name}: missing {', '.join(missing)}; fix: set ELMOKIT_SHARED to the "
                                  "shared folder, or pass --data-dir (the folder holding the data sets)")
+    if dataset.reader is not None:
+        return {split: dataset.reader(path, split) for split, path in paths.items()}
     if dataset.task == "pos":
         return {split: read_conllu(path) for split, path in paths.items()}
     return {split: read_conll(path, token_prefix=dataset.token_prefix) for split, path in paths.items()}
+
+
+def for_characters(representation, spec: dict | None) -> tuple[Any, dict, str]:
+    """(representation, spec, how) for a data set whose tokens are characters.
+
+    An ELMo model that records a segmenter (the Chinese model: jieba) is aligned: each character gets
+    the vectors of its word (``elmokit.representation.CharAlignedWords``, spec ``"align": "chars"``).
+    Any other representation is fed the characters as its tokens."""
+    from elmokit.representation import CharAlignedWords
+
+    spec = dict(spec or {})
+    if isinstance(representation, CharAlignedWords):
+        return representation, spec, "characters given the vectors of their segmenter words"
+    from elmokit.text.segmenters import SEGMENTER_KINDS
+
+    segmenter = getattr(getattr(representation, "tokenizer", None), "kind", None)  # elmokit's Tokenizer of a model
+    if segmenter in SEGMENTER_KINDS and spec.get("kind") in ("elmo", None):
+        how = f"characters given the vectors of their {segmenter} words"
+        return CharAlignedWords(representation), {**spec, "align": "chars"} if spec else spec, how
+    return representation, spec, "characters fed directly as tokens"
+
+
+def segmentation_score(tagger, corpus: TaggedCorpus, dictionary: frozenset[str] = frozenset(), *,
+                       features=None) -> dict[str, Any]:
+    """Word P/R/F of a B/M/E/S tagger on ``corpus`` by the SIGHAN scorer's rules (words from the gold
+    labels against words from the predicted ones, sentence by sentence; OOV recall against ``dictionary``)."""
+    predicted = tagger.predict(corpus.sentences, features=features)
+    gold_lines = ["  ".join(bmes_to_words(c, l)) for c, l in zip(corpus.sentences, corpus.labels)]
+    test_lines = ["  ".join(bmes_to_words(c, bio_to_cws(p))) for c, p in zip(corpus.sentences, predicted)]
+    result = score_segmentation(gold_lines, test_lines, dictionary=dictionary).to_dict()
+    result["metric"] = "word F1, SIGHAN bakeoff scorer rules"
+    return result
 
 
 def run_benchmark(
@@ -82,11 +154,13 @@ def run_benchmark(
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     log=None,
+    max_dev_sentences: int | None = None,
 ) -> list[dict[str, Any]]:
     """Train and score a tagger per data set, with the representation and (``baseline``) without.
 
     ``max_train_sentences`` / ``max_eval_sentences`` take the first N sentences of train and of
-    dev/test (quick runs; the results record it).
+    dev/test (quick runs; the results record it); ``max_dev_sentences`` caps dev alone (the
+    early-stopping set; the test set stays whole).
     """
     log = log or logger.info
     options = options or TrainOptions()
@@ -100,22 +174,36 @@ def run_benchmark(
             log(f"{name}: not present, skipped")
             continue
         train = corpora["train"].subset(max_train_sentences)
-        dev = corpora["dev"].subset(max_eval_sentences)
+        dev = corpora["dev"].subset(min(n for n in (max_eval_sentences, max_dev_sentences, len(corpora["dev"]))
+                                        if n is not None))
         test = corpora["test"].subset(max_eval_sentences)
+        cws = dataset.task == "cws"
+        bmes = {}  # cws: the B/M/E/S corpora; the tagger sees them as words = BIO chunks of type W
+        if cws:
+            bmes = {"dev": dev, "test": test}
+            train, dev, test = (TaggedCorpus(c.sentences, [cws_to_bio(row) for row in c.labels], c.path, list(c.notes))
+                                for c in (train, dev, test))
+        rep_spec, alignment = representation_spec, "words"
+        rep_for = representation
+        if representation is not None and dataset.units == "chars":
+            rep_for, rep_spec, alignment = for_characters(representation, representation_spec)
+            log(f"{name}: {alignment}")
         systems = []
-        if representation is not None:
-            systems.append(("elmo", representation))
+        if rep_for is not None:
+            systems.append(("elmo", rep_for))
         if baseline or representation is None:
             systems.append(("none", None))
         for mode, rep in systems:
             changes = dict(config_changes or {})
             if rep is None:
                 changes.update(elmo="none", elmo_at_output=False, fine_tune=False)
+            if cws:  # B/M/E/S is BIOES over one chunk type, and its constrained CRF decodes only whole words
+                changes.update(task="ner", scheme="BIOES")
             config = TaggerConfig(
                 **{**dict(task=dataset.task, scheme="BIO" if dataset.task == "ner" else None,
                           elmo_layers=rep.num_layers if rep is not None else 0,
                           elmo_dim=rep.dim if rep is not None else 0,
-                          representation=(representation_spec or {}) if rep is not None else {},
+                          representation=(rep_spec or {}) if rep is not None else {},
                           representation_name=rep.name if rep is not None else ""),
                    **changes})
             label = rep.name if rep is not None else "no representation (baseline)"
@@ -124,13 +212,21 @@ def run_benchmark(
             started = time.perf_counter()
             tagger = train_tagger(train, dev, config, representation=rep, options=options,
                                   cache_dir=cache_dir, log=lambda m, name=name, mode=mode: log(f"{name} [{mode}] {m}"))
-            test_result = tagger.evaluate(test)
-            dev_result = tagger.history[tagger.best_epoch - 1]["dev"]
+            task = "ner" if cws else dataset.task  # both score F1
+            if cws:
+                root = Path(data_dir) if data_dir is not None else shared_data()
+                dictionary = read_dictionary(root / dataset.folder / dataset.dictionary) if dataset.dictionary else frozenset()
+                test_result = segmentation_score(tagger, bmes["test"], dictionary)
+                dev_result = segmentation_score(tagger, bmes["dev"], dictionary)
+            else:
+                test_result = tagger.evaluate(test)
+                dev_result = tagger.history[tagger.best_epoch - 1]["dev"]
             results.append({
                 "dataset": name, "task": dataset.task, "representation": rep.name if rep is not None else "none",
+                "tokens": dataset.units, "alignment": alignment if rep is not None else "",
                 "elmo": config.elmo, "metric": dev_result["metric"],
                 "dev": dev_result, "test": test_result,
-                "dev_score": main_metric(dev_result, dataset.task), "test_score": main_metric(test_result, dataset.task),
+                "dev_score": main_metric(dev_result, task), "test_score": main_metric(test_result, task),
                 "best_epoch": tagger.best_epoch, "epochs_run": len(tagger.history),
                 "mixing_weights": tagger.mixing_weights(),
                 "train_sentences": len(train), "dev_sentences": len(dev), "test_sentences": len(test),
@@ -148,7 +244,7 @@ def format_table(results: Sequence[dict[str, Any]]) -> str:
     for r in results:
         mix = r["mixing_weights"].get("input")
         weights = f"[{', '.join(f'{w:.2f}' for w in mix['softmax_w'])}] / {mix['gamma']:.2f}" if mix else "-"
-        metric = "accuracy" if r["task"] == "pos" else "span F1 (strict)"
+        metric = {"pos": "accuracy", "cws": "word F1 (SIGHAN)"}.get(r["task"], "span F1 (strict)")
         rows.append([r["dataset"], r["representation"], metric, f"{100 * r['dev_score']:.2f}",
                      f"{100 * r['test_score']:.2f}", f"{r['best_epoch']}/{r['epochs_run']}", weights])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
