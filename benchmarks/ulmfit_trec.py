@@ -2,6 +2,14 @@
 
     python benchmarks/ulmfit_trec.py                                  # table 4 rows, seed 0, one thread
     python benchmarks/ulmfit_trec.py --seeds 0,1 --curve 100,500,1000  # + Figure 3's learning curve
+    python benchmarks/ulmfit_trec.py --ablation --merge                # + the Table 6/7-style ablation
+
+``--ablation`` replaces the Table 4 rows by the ablation of the three fine-tuning tricks, all on the
+pretrained default model with target LM fine-tuning: the full recipe; without discriminative rates
+(decay 1 in both the LM fine-tuning and the classifier); without slanted triangular rates (every group
+at its peak rate throughout, both stages); without gradual unfreezing (every classifier group trains
+from the first epoch). ``--curve`` then uses the full recipe's fine-tuned LM. ``--merge`` keeps the
+rows already in ``--out`` and adds the new ones (and the command) to them.
 
 Rows (same classifier, same options, only the LM differs): from scratch (a randomly initialised LM
 of the default model's shape), the pretrained shipped default model, and the default model after
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -34,6 +43,15 @@ from elmokit.transfer.ulmfit import ClassifierOptions, LMFineTuneOptions, langua
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_TABLE4 = {"from scratch": 10.67, "pretrained + LM fine-tuning": 5.69}
+# name -> (LM fine-tuning options, classifier options) changed from the full recipe. Howard & Ruder
+# ablate discr and stlr in the LM fine-tuning (Table 6) and with gradual unfreezing in the classifier
+# (Table 7); here each trick is removed wherever the recipe uses it.
+ABLATIONS = {
+    "full recipe": ({}, {}),
+    "without discriminative rates (decay 1)": ({"decay": 1.0}, {"decay": 1.0}),
+    "without STLR (constant rates)": ({"schedule": "constant"}, {"schedule": "constant"}),
+    "without gradual unfreezing (all layers from epoch 1)": ({}, {"unfreeze": "all"}),
+}
 
 
 def error(classifier, data) -> float:
@@ -57,6 +75,9 @@ def main(argv=None) -> int:
     parser.add_argument("--directions", default="forward,backward", help="default: %(default)s")
     parser.add_argument("--curve", default="", help="label counts for Figure 3, e.g. 100,500,1000 (default: none)")
     parser.add_argument("--curve-epochs", type=int, default=10, help="classifier epochs on the small sets (default: %(default)s)")
+    parser.add_argument("--ablation", action="store_true",
+                        help="run the ablation of discr, STLR and gradual unfreezing instead of the Table 4 rows")
+    parser.add_argument("--merge", action="store_true", help="add to the rows already in --out instead of replacing them")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(REPO / "docs" / "results" / "ulmfit_trec.json"))
     args = parser.parse_args(argv)
@@ -69,37 +90,75 @@ def main(argv=None) -> int:
     train = ([questions[i] for i in train_idx], [labels[i] for i in train_idx])
     valid = ([questions[i] for i in valid_idx], [labels[i] for i in valid_idx])
     print(f"TREC-6: train {len(train[0])}, validation {len(valid[0])}, test {len(test[0])}", flush=True)
-    results = {"command": "python benchmarks/ulmfit_trec.py " + " ".join(sys.argv[1:] if argv is None else argv),
-               "date": date.today().isoformat(), "machine": f"{platform.machine()} CPU, {args.threads} thread(s)",
+    command = "python benchmarks/ulmfit_trec.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = {"command": command, "date": date.today().isoformat(),
+               "machine": f"{platform.machine()} CPU, {args.threads} thread(s)",
                "options": vars(args), "rows": [], "curve": []}
+    if args.merge and Path(args.out).is_file():
+        results = json.loads(Path(args.out).read_text(encoding="utf-8"))
+        results.setdefault("commands", [results.get("command", "")]).append(command)
+    results.setdefault("ablation", [])
 
-    def run(name, kind, lm_epochs, seed, data, epochs, lm=None, vocabulary=None):
+    def save():
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = out.with_name(out.name + f".{os.getpid()}.tmp")
+        staging.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        os.replace(staging, out)  # after every row, so an interrupted run keeps what it measured
+
+    def run(name, kind, lm_epochs, seed, data, epochs, lm=None, vocabulary=None, table="rows",
+            lm_changes=None, classifier_changes=None):
         start = time.time()
         if lm is None:
             lm, vocabulary = fresh_lm(kind, seed)
         clf, history = train_ulmfit(data, valid, lm, vocabulary,
-                                    lm_options=LMFineTuneOptions(epochs=lm_epochs, seed=seed),
-                                    classifier_options=ClassifierOptions(epochs=epochs, seed=seed),
+                                    lm_options=LMFineTuneOptions(epochs=lm_epochs, seed=seed, **(lm_changes or {})),
+                                    classifier_options=ClassifierOptions(epochs=epochs, seed=seed,
+                                                                         **(classifier_changes or {})),
                                     directions=directions, log=lambda m: print("   ", m, flush=True))
         row = {"row": name, "seed": seed, "train_size": len(data[0]), "validation_error": error(clf, valid),
                "test_error": error(clf, test), "seconds": round(time.time() - start, 1),
                "per_direction_validation_error": {d: 100 - max(h["dev_accuracy"] for h in hs)
                                                   for d, hs in history["classifiers"].items()},
                "lm_valid_loss": language_model_loss(lm, vocabulary, valid[0])}
+        if table == "ablation":
+            row.update(lm_epochs=lm_epochs, classifier_epochs=epochs, lm_changes=lm_changes or {},
+                       classifier_changes=classifier_changes or {},
+                       history=[{k: round(v, 4) if isinstance(v, float) else v for k, v in h.items()}
+                                for hs in history["classifiers"].values() for h in hs])
         print(json.dumps(row), flush=True)
-        results["rows" if data is train else "curve"].append(row)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")  # after every row
+        results[table if data is train else "curve"].append(row)
+        save()
         return row, lm, vocabulary
 
     finetuned = {}
     for seed in seeds:
         torch.manual_seed(seed)
-        for name, kind, lm_epochs in (("from scratch", "scratch", 0), ("pretrained", "default", 0),
-                                      ("pretrained + LM fine-tuning", "default", args.lm_epochs)):
-            row, lm, vocabulary = run(name, kind, lm_epochs, seed, train, args.epochs)
-            if lm_epochs:
-                finetuned[seed] = (lm, vocabulary)
+        if args.ablation:
+            tuned_lms = {}  # the LM fine-tuning options -> the LM they gave (variants with the same ones share it)
+            for name, (lm_changes, classifier_changes) in ABLATIONS.items():
+                key = json.dumps(lm_changes, sort_keys=True)
+                if key in tuned_lms:  # already fine-tuned this way: no second LM fine-tuning
+                    lm, vocabulary = fresh_lm("default", seed)
+                    lm.load_state_dict(tuned_lms[key])
+                    run(name, "default", 0, seed, train, args.epochs, lm=lm, vocabulary=vocabulary, table="ablation",
+                        classifier_changes=classifier_changes)
+                    results["ablation"][-1].update(lm_epochs=args.lm_epochs, lm_changes=lm_changes)
+                    save()
+                    continue
+                lm, vocabulary = fresh_lm("default", seed)
+                run(name, "default", args.lm_epochs, seed, train, args.epochs, lm=lm, vocabulary=vocabulary,
+                    table="ablation", lm_changes=lm_changes, classifier_changes=classifier_changes)
+                tuned_lms[key] = {k: v.detach().clone() for k, v in lm.state_dict().items()}
+            lm, vocabulary = fresh_lm("default", seed)
+            lm.load_state_dict(tuned_lms[json.dumps({})])
+            finetuned[seed] = (lm, vocabulary)
+        else:
+            for name, kind, lm_epochs in (("from scratch", "scratch", 0), ("pretrained", "default", 0),
+                                          ("pretrained + LM fine-tuning", "default", args.lm_epochs)):
+                row, lm, vocabulary = run(name, kind, lm_epochs, seed, train, args.epochs)
+                if lm_epochs:
+                    finetuned[seed] = (lm, vocabulary)
         if args.curve:
             order = np.random.default_rng(seed).permutation(len(train[0]))
             for count in [int(c) for c in args.curve.split(",")]:
@@ -125,6 +184,13 @@ def print_table(results) -> None:
         paper = PAPER_TABLE4.get(name, "")
         print(f"| {name} | {summary([r['validation_error'] for r in rows])} | "
               f"{summary([r['test_error'] for r in rows])} | {paper} |")
+    if results.get("ablation"):
+        print("\n| ablation | validation error | test error | per seed (validation) |\n|---|---|---|---|")
+        for name in dict.fromkeys(r["row"] for r in results["ablation"]):
+            rows = [r for r in results["ablation"] if r["row"] == name]
+            print(f"| {name} | {summary([r['validation_error'] for r in rows])} | "
+                  f"{summary([r['test_error'] for r in rows])} | "
+                  f"{', '.join(format(r['validation_error'], '.2f') for r in rows)} |")
     if results["curve"]:
         print("\n| labels | row | validation error | test error |\n|---|---|---|---|")
         for r in results["curve"]:

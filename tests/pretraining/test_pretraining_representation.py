@@ -173,3 +173,38 @@ def test_embedder_load_and_elmokit_embed_take_a_transformer_folder(bert_folder, 
     with h5py.File(tmp_path / "out.h5", "r") as h5:
         for i, expected in enumerate(mean):
             np.testing.assert_allclose(h5[str(i)][()], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_an_xlnet_folder_has_no_position_limit_and_embeds_a_long_sentence_in_one_pass(tmp_path, hand_tokenizer):
+    """XLNet's positions are relative (its config says max_position_embeddings = -1): no windows, and the
+    vectors are the model's own hidden states (one-piece words, so pooling is the identity)."""
+    model = build_model("xlnet", preset("tiny"), vocab_size=len(hand_tokenizer), seed=5).eval()
+    model.save_pretrained(str(tmp_path))
+    hand_tokenizer.save_pretrained(str(tmp_path))
+    rep = TransformerRepresentation.load(tmp_path)
+    assert rep.max_pieces is None
+    words = ["the", "cat", "sat", "on", "a", "mat", "."] * 30  # 210 words: more than the tiny preset's 128 positions
+    vectors = rep.embed([words])[0]
+    encoded = hand_tokenizer(words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = torch.stack(rep.model(**encoded, output_hidden_states=True).hidden_states)[:, 0].numpy()
+    positions = [t for t, w in enumerate(encoded.word_ids(0)) if w is not None]
+    assert vectors.shape == (rep.num_layers, len(words), 32) and len(positions) == len(words)
+    np.testing.assert_allclose(vectors, hidden[:, positions], rtol=1e-5, atol=1e-5)
+
+
+def test_an_encoder_decoder_folder_is_read_through_its_encoder(tmp_path, hand_tokenizer):
+    """MASS's BART folder: the vectors are the encoder's hidden states (embedding output + each encoder block)."""
+    model = build_model("mass", preset("tiny"), vocab_size=len(hand_tokenizer), seed=2).eval()
+    model.save_pretrained(str(tmp_path))
+    hand_tokenizer.save_pretrained(str(tmp_path))
+    rep = TransformerRepresentation.load(tmp_path)
+    words = ["the", "cat", "sat", "on", "a", "mat", "."]
+    vectors = rep.embed([words])[0]
+    encoded = hand_tokenizer(words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = torch.stack(model.get_encoder()(input_ids=encoded["input_ids"], output_hidden_states=True)
+                             .hidden_states)[:, 0].numpy()
+    positions = [t for t, w in enumerate(encoded.word_ids(0)) if w is not None]
+    assert vectors.shape == (3, len(words), 32)
+    np.testing.assert_allclose(vectors, hidden[:, positions], rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ from elmokit.pretraining.run import PretrainConfig, learning_rate, pretrain  # n
 from elmokit.text.corpus import CorpusError  # noqa: E402
 from elmokit.training.loop import read_metrics  # noqa: E402
 
-TIMING = ("tokens_per_s", "elapsed_s")
+TIMING = ("tokens_per_s", "elapsed_s", "cpu_s")
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@
     elmokit pretrain --objective bert --corpus 'data/train.*.txt.xz' --out runs/bert --preset small --max-steps 20000
     torchrun --nproc_per_node 2 -m elmokit.cli.main pretrain ...   # the same command, 2 ranks
     elmokit pretrain --out runs/bert --resume                         # continue exactly where it stopped
+    elmokit pretrain --objective gpt2 --corpus ... --out runs/g --max-seconds 600 --warmup-steps 20 --threads 1
+                                                                      # a compute budget: 600 CPU-seconds of steps
 
 The library does the work (``elmokit.pretraining.run.pretrain``); this module maps flags onto a
 ``PretrainConfig``. With --resume every setting not given is the run's.
@@ -26,6 +28,10 @@ PRETRAIN_FLAGS = {
     "preset": ("--preset", str, "model size from models.PRESETS: tiny (2 x 32), mini (2 x 128), small (4 x 256)"),
     "max_steps": ("--max-steps", positive_int, "stop after this many optimiser steps"),
     "epochs": ("--epochs", positive_int, "stop after this many passes over the corpus"),
+    "max_seconds": ("--max-seconds", positive_float,
+                    "stop at the first step boundary after this many CPU-seconds of training steps (process CPU time "
+                    "of masking, forward, backward, update; summed over resumes; recorded as 'budget' in "
+                    "training.json); alone, the learning rate stays constant after --warmup-steps"),
     "seed": ("--seed", non_negative_int, "seed of the weights, data order, masks and dropout"),
     "batch_size": ("--batch-size", positive_int, "examples per global batch"),
     "lr": ("--lr", positive_float, "peak AdamW learning rate"),

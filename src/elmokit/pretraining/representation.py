@@ -7,7 +7,8 @@ encoder or decoder: pretraining heads are not needed and are dropped), in eval m
 
 Layers. ``num_layers`` = 1 + the number of blocks: the embedding output and every block's output, as
 the library returns them with ``output_hidden_states=True`` (for GPT-2 the last one has the final
-LayerNorm applied, as transformers does).
+LayerNorm applied, as transformers does). An encoder-decoder (BART, our MASS) is read through its
+encoder alone: the encoder's embedding output and blocks (MASS's decoder sees only the masked fragment).
 
 Words. A sentence is a list of words; each is split into subword pieces by the folder's tokenizer
 (``encode_words``, with the template's specials, as the model was trained), the model runs, and the
@@ -53,7 +54,7 @@ POOLINGS = ("first", "mean", "last")
 
 def _max_pieces(config) -> int | None:
     positions = getattr(config, "max_position_embeddings", None)
-    if positions is None:
+    if positions is None or positions < 1:  # XLNet: relative positions, no limit (its config says -1)
         return None
     if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):  # positions start at pad + 1
         positions -= (config.pad_token_id or 0) + 1
@@ -81,6 +82,8 @@ class TransformerRepresentation:
         self.num_layers = int(model.config.num_hidden_layers) + 1
         self.dim = int(model.config.hidden_size)
         self.max_pieces = _max_pieces(model.config)
+        # an encoder-decoder's vectors are its encoder's (module docstring)
+        self._encoder = model.get_encoder() if getattr(model.config, "is_encoder_decoder", False) else model
         self._files_digest = files_digest
         self._fingerprint: str | None = None
 
@@ -130,7 +133,7 @@ class TransformerRepresentation:
     def _hidden(self, input_ids: list[list[int]]) -> np.ndarray:
         """(B, L+1, T, H) for sequences of one length T."""
         ids = torch.tensor(input_ids, dtype=torch.long)
-        out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+        out = self._encoder(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
         return torch.stack(out.hidden_states, dim=1).numpy()
 
     def _pool(self, hidden: np.ndarray, encoding: WordEncoding) -> np.ndarray:

@@ -8,7 +8,8 @@ A run folder holds (the same record as ``elmokit train``'s, see ``training/train
                       ``flops``: the FLOPs of the first step's forward + backward (torch.utils.flop_counter)
     config.json       the transformers model config
     tokenizer/        the subword tokenizer trained on the corpus (or copied from --tokenizer)
-    metrics.jsonl     one JSON line per logged step: loss and its parts, grad norm, lr, tokens seen, tokens/s
+    metrics.jsonl     one JSON line per logged step: loss and its parts, grad norm, lr, tokens seen, tokens/s,
+                      ``cpu_s`` (the CPU-seconds of the training steps so far, below)
     checkpoints/      step_XXXXXXXX/ (``training/checkpoint.py``: atomic, SHA256SUMS, damaged ones set aside)
     model/            at the end: a standard HF checkpoint folder (config.json, model.safetensors, the
                       tokenizer files) and README.md (the model card); ``Embedder.load(DIR)`` and
@@ -17,7 +18,18 @@ A run folder holds (the same record as ``elmokit train``'s, see ``training/train
 Optimisation (BERT's recipe, Devlin et al. 2019 §A.2): AdamW (decoupled weight decay 0.01, not on biases and
 LayerNorm weights, i.e. on parameters of 2 or more dimensions), gradient-norm clipping at 1.0, the learning
 rate rising linearly over ``warmup_steps`` (default 1% of ``max_steps``: BERT's 10k of 1M) and falling
-linearly to 0 at the run's first ``max_steps`` (``decay_steps``; with ``--epochs`` only it stays constant).
+linearly to 0 at the run's first ``max_steps`` (``decay_steps``; with ``--epochs`` or ``--max-seconds``
+only it stays constant after the warmup).
+
+Compute budget (``max_seconds``). The run counts the CPU-seconds of its training steps (process CPU time,
+``time.process_time``, spent building the step's masked batch, forward, backward and the AdamW update, the
+first step's FLOP count included; not reading or tokenising the corpus, nor writing checkpoints), summed
+over resumes and saved in each checkpoint. With ``max_seconds`` the run ends at the first step boundary
+at or after that many CPU-seconds (on several ranks: as soon as any rank is there, so all stop together),
+logs and checkpoints that step, exports the model, and records ``budget`` in training.json. CPU time,
+not wall time, so a run sharing its cores with other work gets the same compute; with one torch thread
+it is the one core's seconds. Where the stop falls depends on the machine's speed; what each step computes
+does not: a budget-stopped run resumed with a larger (or no) budget continues exactly.
 
 Exactness. A step is a function of the checkpoint: weights of the model and of every module
 ``objective.modules()`` returns, AdamW's moments and step counts, the schedule's step, the example
@@ -46,6 +58,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -79,8 +92,8 @@ logger = logging.getLogger(__name__)
 
 RUN_KIND = "pretrain"
 # Fields that may differ when a run is resumed (they do not change what a step computes).
-RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every",
-                               "skip_nonfinite_steps"})
+RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "max_seconds", "checkpoint_every", "keep_checkpoints",
+                               "log_every", "skip_nonfinite_steps"})
 TOKENIZER_TEMPLATES = {"wordpiece": None, "roberta": "roberta", "gpt2": "gpt2"}
 
 
@@ -112,6 +125,7 @@ class PretrainConfig:
     seed: int = 0
     max_steps: int | None = None
     epochs: int | None = None
+    max_seconds: float | None = None  # CPU-seconds of training steps (module docstring: compute budget)
     checkpoint_every: int = 1000
     keep_checkpoints: int = 2
     log_every: int = 10
@@ -122,8 +136,11 @@ class PretrainConfig:
             raise ValueError(f"unknown objective {self.objective!r}; known: {', '.join(OBJECTIVES)}")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
-        if self.max_steps is None and self.epochs is None:
-            raise ValueError("give max_steps or epochs (how long to train)")
+        if self.max_steps is None and self.epochs is None and self.max_seconds is None:
+            raise ValueError("give max_steps, epochs or max_seconds (how long to train)")
+        if self.max_seconds is not None and not (isinstance(self.max_seconds, (int, float))
+                                                 and math.isfinite(self.max_seconds) and self.max_seconds > 0):
+            raise ValueError(f"max_seconds must be a finite number > 0, got {self.max_seconds!r}")
         if self.sbo and self.objective != "spanbert":
             raise ValueError("--sbo (the span boundary objective) goes with --objective spanbert")
         for name in ("lr", "eps", "clip_norm"):
@@ -290,6 +307,7 @@ class _PretrainRun:
         context.barrier()
         self.need_flops = not self._record_has_flops()  # decided once, on every rank alike
         self.step, self.tokens, self.elapsed_before, self.position, self.skipped = 0, 0, 0.0, Position(), 0
+        self.cpu_s = 0.0  # CPU-seconds of the training steps, over resumes (module docstring: compute budget)
         self.mask_rng = np.random.default_rng([config.seed, 0x3A5C])
         self.metrics = MetricsLog(run_dir / "metrics.jsonl", context.is_main)
         self.last_saved = 0
@@ -343,7 +361,9 @@ class _PretrainRun:
                                  **special_ids(self.tokenizer))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed + 1)
-            self.objective = self.spec.build(self.tokenizer, self.model, {"sbo": config.sbo})
+            # ERNIE's three stages are thirds of the run's first max_steps (decay_steps: resolved once, so a
+            # run resumed with another max_steps keeps its stages); with a time budget alone, 3 x 1000 batches
+            self.objective = self.spec.build(self.tokenizer, self.model, {"sbo": config.sbo, "max_steps": config.decay_steps})
         self.modules = dict(self.objective.modules())
         self.model.to(self.device)
         for module in self.modules.values():
@@ -404,6 +424,9 @@ class _PretrainRun:
         self.position = Position.from_dict(state["position"])
         self.mask_rng.bit_generator.state = state["masking_rng"]
         self.skipped = state.get("skipped_nonfinite", 0)
+        self.cpu_s = float(state.get("cpu_s", 0.0))
+        if "objective_state" in state:  # e.g. ERNIE's stage counter
+            self.objective.load_state_dict(state["objective_state"])
         self.last_saved = self.step
         restore_rng_states(state, context, self.device)
         logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.step, self.tokens)
@@ -449,18 +472,42 @@ class _PretrainRun:
             fix=f"lower --lr (now {config.lr})", progress=self.progress, is_main=context.is_main,
             elapsed_before=self.elapsed_before, step=self.step, tokens=self.tokens, skipped=self.skipped,
             last_loss=last_logged_loss(self.metrics.path) if context.is_main else None,
-            on_step=lambda outcome: {"lr": learning_rate(config, self.steps.step)},
+            on_step=lambda outcome: {"lr": learning_rate(config, self.steps.step), "cpu_s": round(self.cpu_s, 6)},
+            should_stop=self._over_budget if config.max_seconds is not None else None,
         )
         self.steps.run()
         self.step, self.tokens, self.skipped = self.steps.step, self.steps.tokens, self.steps.skipped
+        if context.is_main and config.max_seconds is None and "budget" in self.record:
+            del self.record["budget"]  # resumed without a budget: the old stop no longer describes the run
+            self._write_record()
+        if config.max_seconds is not None and context.is_main:
+            self.record["budget"] = {"max_seconds": config.max_seconds, "cpu_s": round(self.cpu_s, 6),
+                                     "stopped_by_budget": self.steps.stopped, "step": self.step, "tokens": self.tokens,
+                                     "threads": torch.get_num_threads(), "clock": "time.process_time of the steps"}
+            self._write_record()
+
+    def _over_budget(self) -> bool:
+        """Whether the CPU-seconds of the steps have reached ``max_seconds`` (on any rank: all stop together)."""
+        over = self.cpu_s >= self.config.max_seconds
+        if self.context.enabled:
+            return self.context.all_sum([1.0 if over else 0.0], self.device)[0] > 0
+        return over
 
     def _step(self, item, step: int) -> StepOutcome:
+        started = time.process_time()
+        try:
+            return self._optimiser_step(item, step)
+        finally:
+            self.cpu_s += time.process_time() - started
+
+    def _optimiser_step(self, item, step: int) -> StepOutcome:
         examples, end = item
         context, device = self.context, self.device
         batch = next(self.objective.batches(examples, batch_size=len(examples), rng=self.mask_rng))  # masks drawn here
         self.position = end
         tokens = int(batch["attention_mask"].sum())
-        part = {k: v[context.rank::context.world_size].to(device) for k, v in batch.items()}
+        # a rank's rows; a 0-dim entry (ERNIE's stage) is the whole batch's and goes to every rank as it is
+        part = {k: (v[context.rank::context.world_size] if v.ndim else v).to(device) for k, v in batch.items()}
         if self.need_flops:
             self.need_flops = False
             self._count_flops(part, tokens)
@@ -546,7 +593,8 @@ class _PretrainRun:
                 state={"step": steps.step, "tokens": steps.tokens, "position": self.position.to_dict(),
                        "masking_rng": self.mask_rng.bit_generator.state, "elapsed_s": steps.elapsed(),
                        "world_size": context.world_size, **rng_states, "skipped_nonfinite": steps.skipped,
-                       "threads": torch.get_num_threads(),
+                       "threads": torch.get_num_threads(), "cpu_s": self.cpu_s,
+                       **({"objective_state": self.objective.state_dict()} if hasattr(self.objective, "state_dict") else {}),
                        "schedule": {"lr": learning_rate(self.config, steps.step), "warmup_steps": self.config.warmup_steps,
                                     "decay_steps": self.config.decay_steps}},
                 keep=self.config.keep_checkpoints,
@@ -602,7 +650,8 @@ class _PretrainRun:
             f"- training: {self.step:,} steps of {config.batch_size} examples, {self.tokens:,} tokens seen; AdamW lr {config.lr} "
             f"(warmup {config.warmup_steps}, linear decay over {config.decay_steps}), weight decay {config.weight_decay}, "
             f"clip {config.clip_norm}; seed {config.seed}; {record['world_size']} process(es); "
-            f"wall time {elapsed_s / 60:.1f} min",
+            f"wall time {elapsed_s / 60:.1f} min, {self.cpu_s:.1f} CPU-seconds of training steps"
+            + (f" (budget --max-seconds {config.max_seconds:g})" if config.max_seconds is not None else ""),
             f"- last logged training loss: {loss:.4f}" if loss is not None else "- no logged training loss",
             f"- FLOPs of the first step (forward + backward): {flops['forward_backward_first_step']:,}"
             if flops else "- FLOPs: not measured",

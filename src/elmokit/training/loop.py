@@ -209,6 +209,10 @@ class StepLoop:
     takes), ``step_fn(batch, step) -> StepOutcome`` (applies the update only when finite), ``save()``
     and ``fix`` (the flags to change when a step is not finite, for the error). The loop's counters
     (``step``, ``tokens``, ``skipped``, ``last_loss``) are read and set by the caller around it (resume).
+
+    ``should_stop()`` (optional) is asked after every step; when it says yes the loop logs that step,
+    checkpoints as usual and ends with ``stopped = True`` (a compute budget such as ``--max-seconds``:
+    the stop falls on a step boundary, so a resumed run continues from the same state).
     """
 
     batches: Iterator[tuple[Any, int]]
@@ -230,6 +234,8 @@ class StepLoop:
     skipped: int = 0
     last_loss: float | None = None
     on_step: Callable[[StepOutcome], dict] | None = None  # extra fields for a logged line (e.g. the lr)
+    should_stop: Callable[[], bool] | None = None  # asked after each step: end the run here (a budget)
+    stopped: bool = False  # set when should_stop ended the run
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.start_time
@@ -251,9 +257,10 @@ class StepLoop:
                 outcome = self.step_fn(batch, self.step)
                 self.tokens += outcome.tokens
                 window_tokens += outcome.tokens
+                stop = self.should_stop is not None and self.should_stop()
                 if outcome.finite:
                     self.last_loss = outcome.loss
-                    if self.step % self.log_every == 0 or self.step == self.max_steps:
+                    if self.step % self.log_every == 0 or self.step == self.max_steps or stop:
                         now = time.perf_counter()
                         rate = window_tokens / max(now - window_start, 1e-9)
                         entry = {"step": self.step, "epoch": epoch, "loss": outcome.loss, **outcome.parts,
@@ -274,6 +281,9 @@ class StepLoop:
                     bar.set_postfix(loss=f"{outcome.loss:.3f}", tok_s=f"{rate:.0f}", refresh=False)
                 if self.step % self.checkpoint_every == 0:
                     self.save()
+                if stop:
+                    self.stopped = True
+                    break
         finally:
             if bar is not None:
                 bar.close()
