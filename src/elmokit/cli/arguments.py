@@ -115,3 +115,15 @@ def classifier_training_options(args: argparse.Namespace) -> dict:
     return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": 1e-3 if args.lr is None else args.lr,
             "word_dim": args.word_dim, "hidden_dim": args.hidden_dim, "dropout": args.dropout,
             "mix_l2": args.mix_l2, "seed": args.seed}
+
+
+def refuse_representation_flags(args: argparse.Namespace, recipe: str, what: str, *, need_model: bool = False) -> None:
+    """The fine-tuning recipes train the folder --model names itself: the frozen-representation flags make no
+    sense with them, and are refused by name (``what``: the kind of folder, for the message)."""
+    from elmokit.representation import RepresentationError
+
+    used = [flag for flag, value in (("--options-file", args.options_file), ("--weight-file", args.weight_file),
+                                     ("--vectors", getattr(args, "vectors", None)), ("--no-elmo", args.no_elmo)) if value]
+    if used or (need_model and not args.model):
+        raise RepresentationError(f"--recipe {recipe} fine-tunes {what} given by --model"
+                                  + (f"; {', '.join(used)} cannot be used with it" if used else ""))

@@ -3,8 +3,8 @@
     elmokit eval similarity --vectors runs/static/sgns --vectors glove.6B.100d.txt --out sim.json
     elmokit eval pos --model default --epochs 3 --max-train-sentences 2000 --out pos.json
     elmokit eval ner --vectors runs/static/sgns --datasets wnut17 --out ner.json
-    elmokit eval ner --model zh --datasets weibo,resume --out zh_ner.json
-    elmokit eval cws --model zh --max-train-sentences 2000 --max-dev-sentences 300 --out zh_cws.json
+    elmokit eval ner --model runs/zh_model/model --datasets weibo,resume --out zh_ner.json
+    elmokit eval cws --model runs/zh_model/model --max-train-sentences 2000 --max-dev-sentences 300 --out zh_cws.json
 
 similarity: word similarity (Spearman) and analogy (3CosAdd).
 pos / ner: a BiLSTM-CRF tagger trained with the representation and without it (UPOS accuracy on
@@ -152,7 +152,7 @@ def _register_tagging(sub, task: str) -> None:
                        "test scores and the learned layer weights softmax(w) and gamma.")
     add_representation_arguments(p)
     p.add_argument("--datasets", default=",".join(datasets), help=f"comma-separated, from: {', '.join(known)} "
-                   "(default: %(default)s); Chinese character sets give a model with a segmenter (--model zh) "
+                   "(default: %(default)s); Chinese character sets give a model with a segmenter "
                    "each character its word's vectors")
     p.add_argument("--no-baseline", action="store_true", help="skip the tagger without the representation")
     p.add_argument("--max-eval-sentences", type=positive_int, default=None, help="use only the first N dev and test sentences")

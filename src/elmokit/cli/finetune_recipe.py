@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from elmokit.cli.arguments import refuse_representation_flags
 from elmokit.cli.common import non_negative_float, probability
 
 FINETUNE_LR = 5e-5  # BERT's fine-tuning rate (--lr's default with this recipe)
@@ -37,14 +38,9 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_finetune_train(args: argparse.Namespace, data: dict) -> int:
     """Fine-tune, report dev (and test) accuracy, save to ``--out``. ``data``: name -> (sentences, labels)."""
-    from elmokit.representation import RepresentationError
     from elmokit.transfer.finetune import FineTuneOptions, finetune_classifier
 
-    used = [flag for flag, value in (("--options-file", args.options_file), ("--weight-file", args.weight_file),
-                                     ("--vectors", getattr(args, "vectors", None)), ("--no-elmo", args.no_elmo)) if value]
-    if used or not args.model:
-        raise RepresentationError("--recipe finetune fine-tunes a transformer folder given by --model"
-                                  + (f"; {', '.join(used)} cannot be used with it" if used else ""))
+    refuse_representation_flags(args, "finetune", "a transformer folder", need_model=True)
     options = FineTuneOptions(epochs=args.epochs, batch_size=args.train_batch_size,
                               learning_rate=FINETUNE_LR if args.lr is None else args.lr,
                               weight_decay=args.weight_decay, warmup=args.warmup, dropout=args.head_dropout,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from elmokit.cli.arguments import refuse_representation_flags
 from elmokit.cli.common import non_negative_int, positive_float, positive_int, probability
 
 ULMFIT_LR = 0.01  # the paper's classifier rate (--lr's default with this recipe)
@@ -55,15 +56,10 @@ def run_ulmfit_train(args: argparse.Namespace, data: dict) -> int:
     """Train, report dev (and test) accuracy, save to ``--out``. ``data``: name -> (sentences, labels)."""
     import torch
 
-    from elmokit.representation import RepresentationError
     from elmokit.training.lm import LanguageModel, init_like_bilm_tf
     from elmokit.transfer.ulmfit import ClassifierOptions, LMFineTuneOptions, train_ulmfit
 
-    used = [flag for flag, value in (("--options-file", args.options_file), ("--weight-file", args.weight_file),
-                                     ("--vectors", getattr(args, "vectors", None)), ("--no-elmo", args.no_elmo)) if value]
-    if used:
-        raise RepresentationError(f"--recipe ulmfit fine-tunes a language model folder given by --model; "
-                                  f"{', '.join(used)} cannot be used with it")
+    refuse_representation_flags(args, "ulmfit", "a language model folder")
     lm, vocabulary, _ = LanguageModel.load(args.model or "default")
     if args.from_scratch:
         scratch = LanguageModel(lm.bilm.config, len(vocabulary), bos_id=vocabulary.bos, eos_id=vocabulary.eos)

@@ -1,9 +1,12 @@
-"""The shipped Chinese model (`zh`): its card tells the truth about it, raw Chinese lines are cut by the
-segmenter it was trained with, and it is a trained language model (slow: against a unigram oracle)."""
+"""A Chinese model trained by docs/chinese.md's commands (not shipped: too large for the repository), named by
+``ELMOKIT_ZH_MODEL``: its card tells the truth about it, raw Chinese lines are cut by the segmenter it was
+trained with, and it is a trained language model (slow: against a unigram oracle). Skipped, with the reason,
+when no such folder is named (default: runs/zh_model/model of the checkout, where those commands put it)."""
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -12,32 +15,29 @@ import h5py
 import numpy as np
 import pytest
 
-import elmokit
 from elmokit import Embedder
-from elmokit.formats import SHIPPED_MODELS
 
 pytest.importorskip("jieba", reason="the zh model records jieba: pip install 'elmokit[zh]'")
 
-ZH = Path(elmokit.__file__).parent / "models" / "zh"
+ZH = Path(os.environ.get("ELMOKIT_ZH_MODEL", Path(__file__).resolve().parents[2] / "runs" / "zh_model" / "model"))
+if not (ZH / "lm.json").is_file():
+    pytest.skip(f"no trained Chinese model at {ZH}: build one with docs/chinese.md's commands and set ELMOKIT_ZH_MODEL",
+                allow_module_level=True)
 RAW = ["我爱北京天安门。", "１９９８年新年讲话，iPhone 15 和 GPU 都是外来词😀", "神说：要有光！"]
 
 
-def test_zh_is_shipped_and_its_card_matches_the_files():
-    assert "zh" in SHIPPED_MODELS
+def test_its_card_matches_the_files():
     card = (ZH / "README.md").read_text(encoding="utf-8")
-    embedder = Embedder.load("zh")
-    layers, dim = map(int, re.search(r"Outputs: (\d+) layers of (\d+) dimensions", card).groups())
-    assert (embedder.num_layers, embedder.dim) == (layers, dim)
+    embedder = Embedder.load(ZH)
     params = int(re.search(r"parameters: ([\d,]+) in the biLM", card).group(1).replace(",", ""))
     assert sum(p.numel() for p in embedder.bilm.parameters()) == params
-    assert sum(f.stat().st_size for f in ZH.iterdir()) <= 40 * 2**20, "shipping limit: 40 MB"
-    assert '"kind": "jieba"' in card and "## Perplexity" in card
+    assert '"kind": "jieba"' in card
 
 
 def test_raw_chinese_lines_are_cut_by_jieba_and_embedded_as_those_words(tmp_path):
     from elmokit.text.segmenters import segment
 
-    embedder = Embedder.load("zh")
+    embedder = Embedder.load(ZH)
     words = [segment("jieba", line) for line in RAW]
     assert [embedder.tokenize(line) for line in RAW] == words
     (tmp_path / "zh.txt").write_text("".join(line + "\n" for line in RAW), encoding="utf-8")
@@ -60,8 +60,8 @@ def test_zh_model_predicts_held_out_peoples_daily_far_better_than_a_unigram_mode
     from elmokit.training.lm import LanguageModel
 
     source = need_shared("data", "zh", "peoples_daily_199801", "199801.txt")
-    model, vocabulary, info = LanguageModel.load("zh")
-    embedder = Embedder.load("zh")
+    model, vocabulary, info = LanguageModel.load(ZH)
+    embedder = Embedder.load(ZH)
     cut = info["max_length"]
     test = read_peoples_daily(source, "test")
     sentences = [embedder.tokenize("".join(words))[:cut] for words in test.sentences[:80]]
