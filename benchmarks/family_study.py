@@ -340,7 +340,8 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
         return "\n".join(lines + ["No runs yet.", "", END])
     from elmokit.pretraining.models import PRESETS
 
-    p0 = trained[0]["pretraining"]
+    # the budget is the trained objectives' (the control stops after one step)
+    p0 = next((r for r in trained if r["name"] != CONTROL), trained[0])["pretraining"]
     probe0 = records[0]["probe"]
     shape = PRESETS[p0["preset"]]
     bert_like = next((r["pretraining"] for r in trained if r["name"] == "bert"), p0)

@@ -73,6 +73,21 @@ def test_a_segment_splits_at_the_middle_word():
     assert U.source_and_target({"a": [5], "b": [6, 7]}) == ([5], [6, 7])
 
 
+def test_a_one_token_text_trains_without_seq2seq(setup):
+    """A one-token segment (a one-word line of a book) has no target: seq2seq is never drawn for
+    it and the other modes keep their relative rates (1/2, 1/4, 1/4); before, it stopped the run."""
+    _, objective, _ = setup
+    one = {"input_ids": [2, 9, 3], "word_ids": [None, 0, None]}
+    assert U.source_and_target(one) == ([9], [])
+    rng = np.random.default_rng(0)
+    modes = np.concatenate([b["mode"].numpy() for b in objective.batches([one] * 3000, batch_size=7, rng=rng)])
+    assert not (modes == U.SEQ2SEQ).any()
+    for mode, p in ((U.BIDIRECTIONAL, 0.5), (U.LEFT_TO_RIGHT, 0.25), (U.RIGHT_TO_LEFT, 0.25)):
+        assert_proportion(int((modes == mode).sum()), len(modes), p, U.MODE_NAMES[mode])
+    with pytest.raises(ValueError, match="at least one token"):
+        U.source_and_target({"input_ids": [2, 3], "word_ids": [None, None]})
+
+
 def test_modes_are_mixed_as_the_paper_says(setup):
     _, objective, _ = setup
     rng = np.random.default_rng(0)

@@ -99,13 +99,17 @@ def build_input(a, b, mode: int, *, cls_id: int, sep_id: int) -> dict[str, Any]:
 def source_and_target(example) -> tuple[list[int], list[int]]:
     """(a, b) token ids without specials: the example's ``a`` and ``b``, or a single segment
     (``input_ids`` + ``word_ids``, specials where the word id is None) split at the word boundary
-    nearest its middle (the first half is the source, the rest its continuation)."""
+    nearest its middle (the first half is the source, the rest its continuation). A one-token
+    segment has nothing to split: it is all source, ``b`` empty (``UniLMObjective.example`` then
+    draws a mode that needs no target)."""
     if _field(example, "a") is not None:
         return [int(t) for t in _field(example, "a")], [int(t) for t in _field(example, "b")]
     ids, word_ids = _field(example, "input_ids"), _field(example, "word_ids")
     pairs = [(int(t), w) for t, w in zip(ids, word_ids) if w is not None and w >= 0]
-    if len(pairs) < 2:
-        raise ValueError("a UniLM example needs two segments or a segment of at least two tokens")
+    if not pairs:
+        raise ValueError("a UniLM example needs at least one token")
+    if len(pairs) == 1:
+        return [pairs[0][0]], []
     starts = [i for i in range(1, len(pairs)) if pairs[i][1] != pairs[i - 1][1]] or [len(pairs) // 2]
     cut = min(starts, key=lambda i: abs(i - len(pairs) / 2))
     return [t for t, _ in pairs[:cut]], [t for t, _ in pairs[cut:]]
@@ -131,14 +135,23 @@ class UniLMObjective:
 
     def example(self, example, rng: np.random.Generator, mode: int | None = None) -> dict[str, Any]:
         """One masked row: input_ids, token_type_ids, labels (T,), mode, source_length."""
-        if mode is None:
-            mode = int(rng.choice(4, p=self.mode_probabilities))
         a, b = source_and_target(example)
+        if mode is None:
+            mode = self.draw_mode(rng, has_target=bool(b))
         _truncate_pair(a, b, self.max_tokens - (3 if mode in (BIDIRECTIONAL, SEQ2SEQ) else 2), rng)
         row = build_input(a, b, mode, cls_id=self.cls_id, sep_id=self.sep_id)
         masked = mask_tokens(row["input_ids"], self.vocab, rng, rates=self.rates)
         row["input_ids"], row["labels"], row["mode"] = masked.input_ids, masked.labels, mode
         return row
+
+    def draw_mode(self, rng: np.random.Generator, *, has_target: bool = True) -> int:
+        """A mode at the paper's rates; without a target (a one-token text) seq2seq has nothing to
+        predict, so the other three keep their relative rates (1/3 : 1/6 : 1/6 -> 1/2 : 1/4 : 1/4)."""
+        p = np.asarray(self.mode_probabilities, dtype=np.float64)
+        if not has_target:
+            p[SEQ2SEQ] = 0.0
+            p = p / p.sum()
+        return int(rng.choice(4, p=p))
 
     def collate(self, rows) -> dict[str, torch.Tensor]:
         """Pad the rows and add ``unilm_mask`` (B, T, T) bool."""
