@@ -179,12 +179,39 @@ def load_rep(model: str):
     return load_representation(spec_from_flags(model=model), batch_size=64)
 
 
-def measure(model: str, args) -> dict:
-    """POS probe per layer, 1-NN WSD per layer, layer-0 word similarity, each with its CPU and wall time."""
+MEASUREMENTS = ("probe", "wsd", "similarity", "ner_probe", "sst_probe")
+
+
+def conll_splits(max_sentences: int) -> dict | None:
+    """CoNLL-2003 (restricted data, read where present, never copied): the first N sentences of each split."""
+    from elmokit.evaluation.tagging import DATASETS, load_dataset
+
+    corpora = load_dataset(DATASETS["conll2003"])
+    if corpora is None:
+        return None
+    return {split: (corpus.sentences[:max_sentences], corpus.labels[:max_sentences]) for split, corpus in corpora.items()}
+
+
+def sst2_splits(max_sentences: int) -> dict:
+    """SST-2 (root labels, neutral dropped): the first N sentences of train, all of dev and test."""
+    from elmokit.evaluation.sst import read_sst, sst_dir, sst_task
+
+    splits = {}
+    for split in ("train", "dev", "test"):
+        sentences, labels = read_sst(sst_dir() / f"{split}.txt")
+        kept, names = sst_task(sentences, labels, binary=True)
+        limit = max_sentences if split == "train" else None
+        splits[split] = ([sentences[i] for i in kept][:limit], names[:limit])
+    return splits
+
+
+def measure(model: str, args, done: dict | None = None) -> dict:
+    """POS probe per layer, 1-NN WSD per layer, layer-0 word similarity, NER and SST-2 probes per layer,
+    each with its CPU and wall time; a measurement already in ``done`` is kept, not repeated."""
     import torch
 
     from elmokit.data_paths import shared_data
-    from elmokit.evaluation.probe import probe_layers, ud_ewt_splits
+    from elmokit.evaluation.probe import ner_probe_layers, probe_layers, sentence_probe_layers, ud_ewt_splits
     from elmokit.evaluation.word_similarity import evaluate
     from elmokit.evaluation.wsd import (
         evaluate_wsd,
@@ -197,8 +224,12 @@ def measure(model: str, args) -> dict:
     torch.set_num_threads(1)
     rep = load_rep(model)
     out: dict = {"representation": rep.name, "num_layers": rep.num_layers, "dim": rep.dim}
+    done = done or {}
 
     def timed(name, func):
+        if name in done:
+            out[name] = done[name]
+            return
         cpu, wall = time.process_time(), time.perf_counter()
         result = func()
         result["cpu_seconds"] = round(time.process_time() - cpu, 1)
@@ -221,6 +252,16 @@ def measure(model: str, args) -> dict:
         timed("wsd", lambda: {**evaluate_wsd(rep, semcor, test, gold, first), "test_set": "ALL",
                               "semcor_sentences_used": args.semcor_sentences})
     timed("similarity", lambda: evaluate(rep, datasets=SIMILARITY, analogies=[], layer=0))
+    ner = conll_splits(args.probe_sentences) if "ner_probe" not in done else None
+    if ner is not None:
+        timed("ner_probe", lambda: {**ner_probe_layers(rep, ner["train"], ner["dev"], ner["test"],
+                                                       weight_decays=PROBE_WEIGHT_DECAYS, max_iter=args.probe_iter),
+                                    "data": "conll2003", "max_sentences": args.probe_sentences})
+    elif "ner_probe" in done:
+        out["ner_probe"] = done["ner_probe"]
+    timed("sst_probe", lambda: {**sentence_probe_layers(rep, *sst2_splits(args.sst_sentences).values(),
+                                                        weight_decays=PROBE_WEIGHT_DECAYS, max_iter=args.probe_iter),
+                                "data": "sst2", "max_train_sentences": args.sst_sentences})
     return out
 
 
@@ -228,16 +269,19 @@ def measure_all(args, models: list[tuple[str, str]], results: Path, runs: Path) 
     for name, model in models:
         target = results / f"{name}.json"
         previous = json.loads(target.read_text()) if target.exists() else {}
-        if args.reuse and "probe" in previous:
+        done = {k: previous[k] for k in MEASUREMENTS if k in previous} if args.reuse else {}
+        if args.reuse and len(done) == len(MEASUREMENTS):
             log(f"{name}: reusing {target}")
             continue
-        log(f"{name}: measuring {model}")
+        log(f"{name}: measuring {model}" + (f" (kept: {', '.join(done)})" if done else ""))
         record = {"name": name, "model": os.path.relpath(model, REPO) if model != "default" else "default",
                   "date": DATE, "machine": MACHINE}
-        if name != "elmo":
+        if done:  # the record of the run that measured the kept parts
+            record.update({k: previous[k] for k in ("model", "date", "machine", "pretraining") if k in previous})
+        elif name != "elmo":
             record["pretraining"] = read_run(runs / name)
             record["pretraining"]["command"] = (runs / name / "study_command.txt").read_text().strip()
-        record.update(measure(model, args))
+        record.update(measure(model, args, done))
         results.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record, indent=1) + "\n")
@@ -397,6 +441,7 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
         lines.append(f"| {name} | {budget} | {' / '.join(f'{v:.1f}' for v in pos)} | {argmax(pos)} | "
                      f"{' / '.join(f'{v:.1f}' for v in wsd) or '—'} | {argmax(wsd) if wsd else '—'} | "
                      f"{fmt(mean_similarity(r), 3)} |")
+    lines += task_probe_table(records)
     wsd_first = next((r["wsd"]["wordnet_first_sense"]["f1"] for r in records if "wsd" in r), None)
     lines += ["", f"WordNet first sense on the same ALL: {fmt(wsd_first)} F1. FLOPs (est.) = the first step's "
               "forward + backward FLOPs per token (`torch.utils.flop_counter`, optimiser not counted) x tokens seen. "
@@ -413,6 +458,31 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
         lines += ["", f"Not run, or failed (see the run log), in this budget: {', '.join(not_run)}."]
     lines += ["", END]
     return "\n".join(lines)
+
+
+def task_probe_table(records: list[dict]) -> list[str]:
+    """NER and SST-2 probes per layer (the same linear probe as POS, on entity tags and on mean-pooled
+    sentences), for the records that have them."""
+    measured = [r for r in records if "ner_probe" in r or "sst_probe" in r]
+    if not measured:
+        return []
+    first = measured[0]
+    ner0, sst0 = first.get("ner_probe"), first.get("sst_probe")
+    out = ["", "Task probes, the same linear probe per layer"
+           + (f": NER on the first {ner0['max_sentences']:,} sentences of each CoNLL-2003 split (restricted data, read "
+              f"in place; {ner0['metric']})" if ner0 else "")
+           + (f"; SST-2 polarity from the mean of the layer's token vectors ({sst0['sentences']['train']:,} train, "
+              f"{sst0['sentences']['dev']:,} dev, {sst0['sentences']['test']:,} test sentences; the bag-of-vectors "
+              "baseline of SentEval, one layer at a time)" if sst0 else "") + ".", "",
+           "| model | NER probe F1 by layer (test) | best | SST-2 probe accuracy by layer (test) | best |",
+           "|---|---|---:|---|---:|"]
+    for r in measured:
+        name = {"elmo": "**ELMo default**", CONTROL: "untrained control"}.get(r["name"], r["name"])
+        ner = [layer["test_f1"] for layer in r["ner_probe"]["layers"]] if "ner_probe" in r else []
+        sst = [layer["test_accuracy"] for layer in r["sst_probe"]["layers"]] if "sst_probe" in r else []
+        out.append(f"| {name} | {' / '.join(f'{v:.1f}' for v in ner) or '—'} | {f'{max(ner):.1f}' if ner else '—'} | "
+                   f"{' / '.join(f'{v:.1f}' for v in sst) or '—'} | {f'{max(sst):.1f}' if sst else '—'} |")
+    return out
 
 
 def claims(records: dict, noise: float, test_tokens: int) -> list[str]:
@@ -543,6 +613,7 @@ def main(argv=None) -> int:
     parser.add_argument("--corpus-words", type=int, default=1_600_000,
                         help="the first books of gutenberg_en train.00 up to this many words")
     parser.add_argument("--probe-sentences", type=int, default=2000, help="first N sentences of each UD EWT split")
+    parser.add_argument("--sst-sentences", type=int, default=2000, help="SST-2 training sentences for its probe")
     parser.add_argument("--probe-iter", type=int, default=200, help="L-BFGS iterations per probe fit")
     parser.add_argument("--semcor-sentences", type=int, default=10000, help="SemCor sentences for WSD (0: no WSD)")
     parser.add_argument("--noise", type=float, default=1.0, help="margin in points below which a claim is 'within noise'")
@@ -565,6 +636,7 @@ def main(argv=None) -> int:
         args.objectives = args.objectives or f"{CONTROL},gpt2,bert"
         args.seconds, args.preset, args.corpus_words = 3.0, "tiny", 300_000
         args.probe_sentences, args.probe_iter, args.semcor_sentences, args.vocab_size = 200, 20, 300, 1000
+        args.sst_sentences = 200
         args.no_elmo = True
         args.work_dir, args.out_dir = str(smoke / "work"), str(smoke / "results")
         (smoke / "results.md").write_text("# results\n", encoding="utf-8")

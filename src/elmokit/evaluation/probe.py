@@ -171,3 +171,92 @@ def format_probe_table(result: dict) -> str:
                      f"{row['test_accuracy']:>8.2f}  {'' if paper is None else f'{paper:.1f}':>20}")
     lines.append("paper: biLM first layer 97.3, second layer 96.8 (Peters et al. 2018, Table 6; WSJ, 45 PTB tags)")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- the same probe on other tasks
+def _select(
+    train_x: torch.Tensor, train_y: torch.Tensor, num_classes: int, dev_score, weight_decays: Sequence[float],
+    max_iter: int,
+) -> tuple[SoftmaxRegression, float, dict]:
+    """The weight decay with the best ``dev_score(model)``: (model, decay, {repr(decay): dev score})."""
+    best, by_decay = None, {}
+    for decay in weight_decays:
+        model = fit_softmax_regression(train_x, train_y, num_classes, weight_decay=decay, max_iter=max_iter)
+        by_decay[repr(float(decay))] = score = dev_score(model)
+        if best is None or score > best[0]:
+            best = (score, decay, model)
+    return best[2], best[1], by_decay
+
+
+def ner_probe_layers(
+    rep, train: TaggedSentences, dev: TaggedSentences, test: TaggedSentences, *,
+    weight_decays: Sequence[float] = DEFAULT_WEIGHT_DECAYS, max_iter: int = 200, progress: bool | None = None,
+) -> dict:
+    """The linear probe of ``probe_layers`` on IOB2 entity tags: each token's tag from its layer-j vector
+    alone, scored as seqeval's strict span F1 (a tag sequence the probe leaves ill-formed loses the span),
+    the weight decay chosen by dev F1. ``{"layers": [{"layer", "weight_decay", "dev_f1", "test_f1",
+    "dev_by_weight_decay"}], ...}`` with F1 in percent."""
+    from seqeval.metrics import f1_score
+    from seqeval.scheme import IOB2
+
+    tag_names = sorted({tag for sentence in train[1] for tag in sentence})
+    tag_index = {tag: i for i, tag in enumerate(tag_names)}
+    features = {name: torch.from_numpy(stack_token_features(rep, split[0], progress=progress))
+                for name, split in (("train", train), ("dev", dev), ("test", test))}
+    train_y = torch.tensor([tag_index[tag] for sentence in train[1] for tag in sentence], dtype=torch.long)
+
+    def span_f1(model: SoftmaxRegression, x: torch.Tensor, split: TaggedSentences) -> float:
+        flat = [tag_names[i] for i in model.predict(x).tolist()]
+        predicted, start = [], 0
+        for sentence in split[1]:
+            predicted.append(flat[start:start + len(sentence)])
+            start += len(sentence)
+        return 100 * f1_score(split[1], predicted, mode="strict", scheme=IOB2)
+
+    layers = []
+    for layer in range(rep.num_layers):
+        model, decay, by_decay = _select(features["train"][layer], train_y, len(tag_names),
+                                         lambda m, x=features["dev"][layer]: span_f1(m, x, dev), weight_decays, max_iter)
+        layers.append({"layer": layer, "weight_decay": decay, "dev_f1": by_decay[repr(float(decay))],
+                       "test_f1": span_f1(model, features["test"][layer], test), "dev_by_weight_decay": by_decay})
+    return {"representation": rep.name, "num_layers": rep.num_layers, "dim": rep.dim, "tags": tag_names,
+            "metric": "span F1, seqeval strict mode, IOB2", "layers": layers,
+            "sentences": {"train": len(train[0]), "dev": len(dev[0]), "test": len(test[0])}}
+
+
+def mean_pooled_features(rep, sentences: Sequence[Sequence[str]], progress: bool | None = None) -> torch.Tensor:
+    """(L, S, D): each sentence's average of its token vectors, per layer (an empty sentence: zeros)."""
+    tokens = torch.from_numpy(stack_token_features(rep, sentences, progress=progress))
+    pooled = torch.zeros(rep.num_layers, len(sentences), rep.dim)
+    start = 0
+    for i, sentence in enumerate(sentences):
+        if sentence:
+            pooled[:, i] = tokens[:, start:start + len(sentence)].mean(dim=1)
+        start += len(sentence)
+    return pooled
+
+
+def sentence_probe_layers(
+    rep, train: tuple[list[list[str]], list[str]], dev: tuple[list[list[str]], list[str]],
+    test: tuple[list[list[str]], list[str]], *, weight_decays: Sequence[float] = DEFAULT_WEIGHT_DECAYS,
+    max_iter: int = 200, progress: bool | None = None,
+) -> dict:
+    """A linear probe of a sentence label (e.g. SST-2 polarity) from the mean of one layer's token vectors
+    (SentEval's bag-of-vectors baseline, one layer at a time), the weight decay chosen by dev accuracy.
+    Splits are (sentences, labels); accuracies in percent."""
+    label_names = sorted(set(train[1]))
+    index = {label: i for i, label in enumerate(label_names)}
+    features = {name: mean_pooled_features(rep, split[0], progress) for name, split in
+                (("train", train), ("dev", dev), ("test", test))}
+    labels = {name: torch.tensor([index.get(label, -1) for label in split[1]], dtype=torch.long)
+              for name, split in (("train", train), ("dev", dev), ("test", test))}
+    layers = []
+    for layer in range(rep.num_layers):
+        model, decay, by_decay = _select(
+            features["train"][layer], labels["train"], len(label_names),
+            lambda m, x=features["dev"][layer]: 100 * _accuracy(m, x, labels["dev"]), weight_decays, max_iter)
+        layers.append({"layer": layer, "weight_decay": decay, "dev_accuracy": by_decay[repr(float(decay))],
+                       "test_accuracy": 100 * _accuracy(model, features["test"][layer], labels["test"]),
+                       "dev_by_weight_decay": by_decay})
+    return {"representation": rep.name, "num_layers": rep.num_layers, "dim": rep.dim, "labels": label_names,
+            "layers": layers, "sentences": {"train": len(train[0]), "dev": len(dev[0]), "test": len(test[0])}}
