@@ -96,7 +96,8 @@ def build_corpus(target: Path, source: Path, words: int, books_per_shard: int) -
         books.append(book)
     shards = [books[i:i + books_per_shard] for i in range(0, len(books), books_per_shard)]
     if len(shards) > 1 and len(shards[-1]) < 2:  # a lone book joins the shard before
-        shards[-2] += shards.pop()
+        last = shards.pop()  # popped first: `shards[-2] += shards.pop()` indexes after the pop (IndexError at 2)
+        shards[-1] += last
     for k, shard in enumerate(shards):
         (target / f"part.{k:02d}.txt").write_text("\n".join("".join(b) for b in shard), encoding="utf-8")
     record = {"source": os.path.relpath(source, REPO), "words_asked": words, "words": count, "books": len(books),

@@ -164,3 +164,63 @@ def test_a_few_steps_lower_the_loss(setup):
             total += float(out.loss.detach())
         losses.append(total)
     assert losses[-1] < 0.85 * losses[0] and all(b < a for a, b in zip(losses, losses[1:])), losses
+
+
+def test_the_run_stream_reads_whole_shards_as_continuing_rows(tmp_path):
+    """`elmokit pretrain --objective xlnet` used to train on each batch's first segment only (the rest of
+    its documents dropped). The stream now deals a shard's documents onto `rows` streams and emits them
+    segment by segment: each `rows` examples are one segment, row i continues row i, and everything but
+    each row's last partial segment is read. Oracle: `contiguous_streams` on the same shuffled documents."""
+    from pretraining_testkit import write_document_corpus
+
+    from elmokit.pretraining.corpus import ExampleStream, encode_document, read_documents
+    from elmokit.pretraining.tokenizers import load_tokenizer, train_wordpiece
+
+    corpus = tmp_path / "docs.txt"
+    write_document_corpus(corpus, documents=8)
+    train_wordpiece(corpus.read_text(encoding="utf-8").splitlines(), tmp_path / "tok", vocab_size=300, model_max_length=16)
+    tokenizer = load_tokenizer(tmp_path / "tok")
+    rows, T = 3, 16
+    stream = ExampleStream(str(corpus), tokenizer=tokenizer, reader="segment_rows", max_tokens=T, seed=0, rows=rows)
+    examples = stream.shard_examples(0, 0, corpus)
+    assert len(examples) % rows == 0 and len(examples) > rows  # more than one segment per shard
+    for k in range(len(examples) // rows):
+        assert {e["segment_index"] for e in examples[k * rows:(k + 1) * rows]} == {k}
+    documents = [encode_document(tokenizer, d) for d in read_documents(corpus)]
+    order = np.random.default_rng([0, 0, 1]).permutation(len(documents))  # the shard's rng, as the stream draws it
+    streams = [np.asarray([t for s in documents[i].ids for t in s]) for i in order]
+    expected = list(contiguous_streams(streams, rows, T, separator_id=tokenizer.sep_token_id))
+    got = [np.stack([e["input_ids"] for e in examples[k * rows:(k + 1) * rows]]) for k in range(len(expected))]
+    assert len(got) * rows == len(examples)
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    total = sum(len(s) for s in streams)
+    assert len(examples) * T > total - rows * (T + max(len(s) for s in streams))  # only each row's tail is left
+    objective = PermutationLMObjective(tokenizer, segment_length=T)
+    batch = next(objective.batches(examples[rows:2 * rows], batch_size=rows, rng=np.random.default_rng(0)))
+    assert int(batch["segment_index"]) == 1 and torch.equal(batch["input_ids"], torch.from_numpy(got[1]))
+    with pytest.raises(ValueError, match="rows of one segment"):
+        next(objective.batches(examples[rows - 1:2 * rows - 1], batch_size=rows, rng=np.random.default_rng(0)))
+
+
+def test_pretrain_steps_through_the_segments(tmp_path):
+    """`elmokit pretrain --objective xlnet`: each step is the next segment of the same rows (the data
+    position advances by the batch size, every step feeds batch x --max-tokens tokens), and the model
+    is written. Before, each step took 4 new documents and kept their first segment only."""
+    import json
+
+    from pretraining_testkit import write_document_corpus
+    from train_helpers import one_thread
+
+    from elmokit.pretraining.run import PretrainConfig, pretrain
+
+    corpus = tmp_path / "docs.txt"
+    write_document_corpus(corpus, documents=4)
+    config = PretrainConfig(objective="xlnet", preset="tiny", max_steps=3, batch_size=2, vocab_size=300, max_tokens=16,
+                            log_every=1, checkpoint_every=3, lr=2e-3)
+    with one_thread():
+        result = pretrain(tmp_path / "run", corpus=str(corpus), config=config, command="test", progress=False)
+    state = json.loads((tmp_path / "run" / "checkpoints" / "step_00000003" / "state.json").read_text())
+    assert result.step == 3 and result.tokens == 3 * 2 * 16
+    assert state["position"] == {**state["position"], "epoch": 0, "shard": 0, "offset": 6}  # 3 segments x 2 rows
+    assert (result.model_dir / "config.json").exists()

@@ -184,15 +184,36 @@ def causal(documents: list[Document], *, max_tokens: int, special: SpecialIds, r
 
 
 def documents(documents: list[Document], **kwargs) -> list[dict]:
-    """XLNet: one example per document, its text whole (``permutation.document_streams``)."""
+    """One example per document, its text whole (``permutation.document_streams``)."""
     from elmokit.pretraining.permutation import document_streams
 
     return document_streams(documents, **kwargs)
 
 
+def segment_rows(documents: list[Document], *, max_tokens: int, special: SpecialIds, rng: np.random.Generator,
+                 source: str = "", rows: int = 1) -> list[dict]:
+    """XLNet: the shard's documents (shuffled whole) as ``rows`` parallel token streams cut into segments
+    of ``max_tokens`` (``permutation.contiguous_streams``, documents joined by [SEP] or the end token),
+    emitted row by row, segment after segment: ``rows`` consecutive examples are one (B, T) segment and
+    row i of the next segment continues row i. Each example: ``input_ids`` (T,), ``segment_index`` (0 at
+    the shard's first segment: the memory starts afresh there). The stream keeps this order
+    (``ORDERED_READERS``); the shard's tail shorter than a segment in some row is dropped."""
+    from elmokit.pretraining.permutation import contiguous_streams, document_streams
+
+    streams = document_streams([documents[i] for i in rng.permutation(len(documents))])
+    separator = special.sep if special.sep is not None else special.eos
+    return [{"input_ids": segment[i], "segment_index": k}
+            for k, segment in enumerate(contiguous_streams(streams, rows, max_tokens, separator_id=separator))
+            for i in range(rows)]
+
+
 # name -> reader(documents, *, max_tokens, special, rng, source) -> examples. New families add theirs.
 EXAMPLE_READERS: dict[str, Callable[..., list]] = {"pairs": pairs, "packed": packed, "segments": segments,
-                                                    "causal": causal, "documents": documents}
+                                                    "causal": causal, "documents": documents,
+                                                    "segment_rows": segment_rows}
+# readers whose examples must be fed in the order they are made (rows of consecutive segments), whose
+# batches are ``rows`` examples: the stream neither permutes them nor lets a batch straddle a segment
+ORDERED_READERS = {"segment_rows"}
 
 
 # --------------------------------------------------------------------------- the stream
@@ -207,14 +228,17 @@ class ExampleStream:
         reader: an ``EXAMPLE_READERS`` name.
         max_tokens: the longest example, in subword tokens with the specials.
         seed: the data seed.
+        rows: the batch size, for the readers of ``ORDERED_READERS`` (parallel streams); others ignore it.
     """
 
-    def __init__(self, patterns: str | Sequence[str], *, tokenizer, reader: str, max_tokens: int, seed: int = 0) -> None:
+    def __init__(self, patterns: str | Sequence[str], *, tokenizer, reader: str, max_tokens: int, seed: int = 0,
+                 rows: int = 1) -> None:
         if reader not in EXAMPLE_READERS:
             raise ValueError(f"unknown example reader {reader!r}; known: {', '.join(EXAMPLE_READERS)}")
         self.patterns = [patterns] if isinstance(patterns, str) else list(patterns)
         self.files: list[Path] = expand_patterns(self.patterns)
         self.tokenizer, self.reader, self.max_tokens, self.seed = tokenizer, reader, max_tokens, seed
+        self.rows = rows
         self.special = SpecialIds.from_tokenizer(tokenizer)
 
     def describe(self) -> dict:
@@ -230,9 +254,10 @@ class ExampleStream:
         """The examples of one shard in this epoch, in the order they are fed."""
         rng = np.random.default_rng([self.seed, epoch, shard + 1])
         documents = [encode_document(self.tokenizer, d) for d in read_documents(path)]
+        ordered = self.reader in ORDERED_READERS
         examples = EXAMPLE_READERS[self.reader](documents, max_tokens=self.max_tokens, special=self.special, rng=rng,
-                                                source=str(path))
-        return [examples[i] for i in rng.permutation(len(examples))]
+                                                source=str(path), **({"rows": self.rows} if ordered else {}))
+        return examples if ordered else [examples[i] for i in rng.permutation(len(examples))]
 
     def __call__(self, start: Position | None = None) -> Iterator[tuple[Any, Position]]:
         """Yield ``(example, position after it)`` from ``start`` (default: the beginning) on, forever."""

@@ -312,7 +312,9 @@ for _spec in (
 def _build_xlnet(tokenizer, model, options: Mapping[str, Any]):
     from elmokit.pretraining.permutation import PermutationLMObjective
 
-    return PermutationLMObjective(tokenizer, segment_length=int(options.get("segment_length") or model.config.mem_len))
+    # the segment is the run's example length (--max-tokens, else the preset's positions)
+    length = options.get("segment_length") or options.get("max_tokens") or model.config.mem_len
+    return PermutationLMObjective(tokenizer, segment_length=int(length))
 
 
 def _build_unilm(tokenizer, model, options: Mapping[str, Any]):
@@ -334,7 +336,7 @@ def _build_ernie(tokenizer, model, options: Mapping[str, Any]):
 
 
 for _spec in (
-    ObjectiveSpec("xlnet", "xlnet", "wordpiece", "documents", _build_xlnet,
+    ObjectiveSpec("xlnet", "xlnet", "wordpiece", "segment_rows", _build_xlnet,
                   "permutation LM, two-stream attention, segment memory over contiguous streams (Yang et al. 2019)"),
     ObjectiveSpec("unilm", "unilm", "wordpiece", "segments", _build_unilm,
                   "one BERT, bidirectional/seq2seq/left-to-right/right-to-left masks 1/3:1/3:1/6:1/6 (Dong et al. 2019)"),

@@ -22,7 +22,11 @@ What the paper trains (§2.2-2.4) and where it lives here:
   segment by segment: **row i of batch k+1 continues row i of batch k** (Transformer-XL's
   ``batchify``, streamed), and ``loss`` keeps the returned ``mems`` for the next call. A batch with
   ``segment_index == 0`` starts without memory. Feed it documents (``document_streams``), not
-  windows cut and shuffled: a shuffled window would continue a row with unrelated text.
+  windows cut and shuffled: a shuffled window would continue a row with unrelated text. In
+  ``elmokit pretrain`` the corpus stream cuts the segments itself (``corpus.segment_rows``: a shard's
+  documents dealt onto ``--batch-size`` rows, emitted row by row and never shuffled), so each step gets
+  the next segment of every row and the whole shard is read, with the memory carried over between
+  steps (``segment_batch``); the segment length is ``--max-tokens`` (default: the preset's positions).
 
 Deviations (stated, each for a reason):
 
@@ -40,7 +44,8 @@ Deviations (stated, each for a reason):
   objective's numpy ``rng``, so batches stay a function of (examples, rng state).
 - One segment type, no [SEP]/[CLS] pair format, no ``bi_data`` (XLNet-Large's ablation drops
   next-sentence prediction; the bidirectional input pipeline halves the batch per direction and is
-  left out). The memory holds the whole previous segment (``mem_len`` = segment length, Transformer-XL);
+  left out). The memory holds the previous segment, trimmed to its T tokens (Transformer-XL's ``mem_len`` =
+  segment length, whatever the model config's ``mem_len``);
   XLNet caches only the ``reuse_len`` first tokens because its examples overlap by that much.
 - Resuming starts the memory afresh (the mems are not in the checkpoint): one segment per row trains
   without context after a resume.
@@ -159,13 +164,28 @@ class PermutationLMObjective:
         """Segments of ``batch_size`` contiguous streams (``contiguous_streams``), in order: row i of
         batch k+1 continues row i of batch k. Each batch: input_ids (B, T), perm_mask (B, T, T), target_mapping (B, P, T),
         target_labels (B, P), labels (B, T) (per position), segment_index () (0 = a fresh stream)."""
+        if isinstance(examples, (list, tuple)) and examples and _field(examples[0], "segment_index") is not None:
+            yield self.segment_batch(examples, rng)  # rows already cut (the run's stream: corpus.segment_rows)
+            return
         segments = contiguous_streams(examples, batch_size, self.segment_length, separator_id=self.separator_id)
         for k, segment in enumerate(segments):
-            batch = self.permute(torch.from_numpy(segment), rng)
-            batch["target_mapping"], batch["target_labels"] = compact_targets(batch["labels"])
-            batch["segment_index"] = torch.tensor(k)
-            batch["attention_mask"] = torch.ones_like(batch["input_ids"])
-            yield batch
+            yield self._batch(torch.from_numpy(segment), k, rng)
+
+    def segment_batch(self, rows, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """One batch from rows of one segment (``corpus.segment_rows``: ``input_ids`` (T,), ``segment_index``)."""
+        indices = {int(_field(r, "segment_index")) for r in rows}
+        if len(indices) != 1:
+            raise ValueError(f"an XLNet batch must be the rows of one segment; got segment indices {sorted(indices)} "
+                             "(the batch size must equal the rows the stream was cut with)")
+        segment = torch.from_numpy(np.stack([np.asarray(_field(r, "input_ids"), dtype=np.int64) for r in rows]))
+        return self._batch(segment, indices.pop(), rng)
+
+    def _batch(self, segment: torch.Tensor, index: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        batch = self.permute(segment, rng)
+        batch["target_mapping"], batch["target_labels"] = compact_targets(batch["labels"])
+        batch["segment_index"] = torch.tensor(index)
+        batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+        return batch
 
     def reset(self) -> None:
         """Forget the memory (a new pass over the corpus starts here)."""
@@ -179,7 +199,9 @@ class PermutationLMObjective:
             mems = None
         out = model(input_ids=batch["input_ids"], perm_mask=batch["perm_mask"].float(),
                     target_mapping=batch["target_mapping"].float(), mems=mems, use_mems=True)
-        self.mems = [m.detach() for m in out.mems] if out.mems is not None else None  # stop-gradient (Transformer-XL)
+        # stop-gradient (Transformer-XL); the memory is the previous segment only, whatever the model's mem_len
+        T = batch["input_ids"].shape[1]
+        self.mems = [m[-T:].detach() for m in out.mems] if out.mems is not None else None
         logits = out.logits  # (B, P, V)
         targets = batch["target_labels"]
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX)

@@ -292,7 +292,7 @@ class _PretrainRun:
 
         self.tokenizer = load_tokenizer(tokenizer_dir)
         self.stream = ExampleStream(corpus, tokenizer=self.tokenizer, reader=self.spec.examples,
-                                    max_tokens=config.example_tokens, seed=config.seed)
+                                    max_tokens=config.example_tokens, seed=config.seed, rows=config.batch_size)
         self._build(config)
         command = command or " ".join(shlex.quote(a) for a in sys.argv)
         if context.is_main:
