@@ -99,6 +99,8 @@ def _packing_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 PRECISIONS = ("fp32", "bf16")
+# Rows per native bf16 product (see PreparedWeight.__call__): where oneDNN's kernel choice is the same for 1 row.
+BF16_MAX_BLOCK_ROWS = 32
 
 # None: not probed yet; then True where oneDNN runs bf16 products on this CPU. Tests set it to
 # False to exercise the emulation on any CPU.
@@ -172,14 +174,27 @@ class PreparedWeight:
             if self.bias is not None:
                 out += self.bias
         elif self.precision == "bf16":
-            out = torch.ops.mkldnn._linear_pointwise(
-                flat.to(torch.bfloat16).contiguous(), self.weight, None, "none", [], ""
-            ).float()
+            # Blocks of at most BF16_MAX_BLOCK_ROWS rows: on CPUs with AMX, oneDNN switches to its AMX
+            # kernel above ~32 rows, which sums in another order (measured: 512 x 2048 differed from
+            # one row at a time from 37 rows on). Every block stays on the one kernel a single row uses.
+            flat = flat.to(torch.bfloat16)
+            out = torch.cat([
+                torch.ops.mkldnn._linear_pointwise(block.contiguous(), self.weight, None, "none", [], "")
+                for block in _row_blocks(flat, BF16_MAX_BLOCK_ROWS)
+            ]).float()
             if self.bias is not None:
                 out += self.bias
         else:
             out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), self.weight, self.bias, "none", [], "")
         return out[:rows, : self.out_dim].reshape(*x.shape[:-1], self.out_dim)
+
+
+def _row_blocks(flat: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """``flat``'s rows in blocks of ``size``; a last block shorter than MIN_PACKED_ROWS is zero-padded."""
+    blocks = list(flat.split(size))
+    if blocks[-1].shape[0] < MIN_PACKED_ROWS:
+        blocks[-1] = torch.cat([blocks[-1], blocks[-1].new_zeros(MIN_PACKED_ROWS - blocks[-1].shape[0], flat.shape[1])])
+    return blocks
 
 
 def can_prepare(x: torch.Tensor, weight: torch.Tensor) -> bool:
