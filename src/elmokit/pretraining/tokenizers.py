@@ -20,6 +20,19 @@ special), so that a model's subword vectors can be pooled back to one vector per
 the tokenizer would turn into no piece at all (``""``, or only characters the normaliser removes such
 as U+200B) is encoded as the unknown token (or, without one, as the end-of-text token), so that every
 word has at least one piece.
+
+Deterministic WordPiece training. HF ``tokenizers``' WordPiece trainer (its BPE trainer with the ``##``
+prefix, ``models/bpe/trainer.rs`` in tokenizers 0.23) gives the characters ids in code-point order, but
+creates the ``##c`` pieces while iterating its word counts, a Rust ``HashMap`` whose order is seeded at
+random per map, so their ids differ from run to run (and from call to call in one process). Merges of
+equal count are taken in ascending order of the pair's ids, so the ids decide every tie: the merges, and
+so the vocabulary at the ``vocab_size`` cut, changed from run to run (not only the order of the file:
+e.g. 8,000 entries from 20,000 Gutenberg lines differed in their set three runs out of three). Thread
+parallelism is not the cause (``RAYON_NUM_THREADS=1`` varies alike; the parallel pair counts are sums).
+``train_wordpiece`` therefore first runs the trainer with no merges to learn the initial pieces, then
+trains with them passed as special tokens after the five real ones, in the order an unseeded run would
+give them (characters, then ``##c``, each by code point): the result is the vocabulary of that one
+unseeded ordering, the same every time, and is rebuilt so that only the five are special tokens.
 """
 
 from __future__ import annotations
@@ -52,16 +65,37 @@ def train_wordpiece(
 ):
     """A BERT WordPiece tokenizer trained on ``lines`` (raw text, one paragraph or sentence a line).
 
-    Returns the ``PreTrainedTokenizerFast``; with ``out_dir`` it is also saved there.
+    Returns the ``PreTrainedTokenizerFast``; with ``out_dir`` it is also saved there. The same lines give
+    the same vocabulary file every time (module docstring: deterministic training); ``lines`` is read
+    twice, so an iterator is first read into a list.
     """
     from tokenizers import Tokenizer, models, trainers
 
+    lines = lines if isinstance(lines, Sequence) else list(lines)
+    initial = _initial_pieces(lines, lowercase)
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     _bert_pipeline(tokenizer, lowercase)
+    # the initial pieces get their ids here, in code-point order, not in the hash order of the words
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(WORDPIECE_SPECIALS), show_progress=False)
+                                        special_tokens=[*WORDPIECE_SPECIALS, *initial], show_progress=False)
     tokenizer.train_from_iterator(lines, trainer=trainer)
-    return _finish_wordpiece(tokenizer, out_dir, model_max_length)
+    trained = tokenizer.get_vocab(with_added_tokens=False)  # token -> id
+    # rebuilt with the same ids, so that only the five specials are special (added) tokens
+    return wordpiece_from_vocab(sorted(trained, key=trained.__getitem__), out_dir, lowercase=lowercase,
+                                model_max_length=model_max_length)
+
+
+def _initial_pieces(lines: Iterable[str], lowercase: bool) -> list[str]:
+    """The pieces the WordPiece trainer starts from on ``lines``, in the order of an unseeded training's ids
+    (module docstring): the characters, then the ``##c`` pieces (a character ``c`` seen inside a word),
+    each sorted by code point. A training that stops before its first merge creates exactly these."""
+    from tokenizers import Tokenizer, models, trainers
+
+    probe = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    _bert_pipeline(probe, lowercase)
+    probe.train_from_iterator(lines, trainer=trainers.WordPieceTrainer(vocab_size=1, show_progress=False))
+    pieces = probe.get_vocab(with_added_tokens=False)
+    return sorted(t for t in pieces if len(t) == 1) + sorted(t for t in pieces if len(t) > 1)
 
 
 def wordpiece_from_vocab(vocab: Sequence[str], out_dir: str | os.PathLike | None = None, *, lowercase: bool = False,
