@@ -47,6 +47,14 @@ PRETRAIN_FLAGS = {
     "checkpoint_every": ("--checkpoint-every", positive_int, "write a checkpoint every N steps (and always at the end)"),
     "keep_checkpoints": ("--keep-checkpoints", positive_int, "keep the newest N checkpoints"),
     "log_every": ("--log-every", positive_int, "append to metrics.jsonl every N steps"),
+    "ernie_language": ("--ernie-language", str, "ernie: en (words, POS-chunk phrases, NER/capitalised entities) or zh "
+                       "(characters, the segmented corpus's words of 2+ characters, cached entities)"),
+    "ernie_stages": ("--ernie-stages", str, "ernie: the stages run, comma-separated, of basic,phrase,entity in that "
+                     "order (basic alone: character / whole-word masking throughout)"),
+    "ernie_stage_batches": ("--ernie-stage-batches", positive_int,
+                            "ernie: batches of each stage but the last (none: thirds of --max-steps, else 1000)"),
+    "ernie_entities": ("--ernie-entities", str, "ernie: en: a NER tagger folder; zh: an entity cache (JSON lines of "
+                       "knowledge_zh.tag_entity_cache; benchmarks/zh_ernie.py corpus writes one)"),
     "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
                              "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
 }

@@ -32,6 +32,11 @@ The schedule (``ErnieSchedule``): the first ``basic_batches`` batches mask whole
 ``phrase_batches`` phrases, the rest entities. ``ErnieObjective.batches_done`` counts the batches
 it has made; a resumed run must restore it (``state_dict`` / ``load_state_dict``).
 
+Chinese (``ernie_language`` "zh", ``knowledge_zh``): the basic unit is a character, phrases are the
+segmented corpus's words of 2+ characters, entities come from a cache of a character NER tagger's spans;
+``ErnieObjective(chinese=ChineseUnits(...))`` masks over those units with the same budget and 80/10/10.
+``ErnieSchedule.stages`` picks the stages run (``("basic",)``: character / whole-word masking throughout).
+
 Deviations: ERNIE is Chinese, trained on heterogeneous corpora with a dialogue LM task (DLM) and NSP;
 neither is here. Its chunker and NER tool are Baidu's; ours are the above.
 """
@@ -261,17 +266,30 @@ def words_from_pieces(tokenizer, ids, word_ids) -> list[str]:
 
 @dataclass(frozen=True)
 class ErnieSchedule:
-    """Stage of batch ``k``: basic for k < basic_batches, then phrase for phrase_batches, then entity."""
+    """Stage of batch ``k``: basic for k < basic_batches, then phrase for phrase_batches, then entity.
+
+    ``stages`` are the stages run, in this order (a subsequence of ``STAGES``); one left out lasts no
+    batch, and the last one runs to the end: ``("basic",)`` is basic (character / whole-word) masking
+    throughout, the control of a knowledge-masking comparison."""
 
     basic_batches: int
     phrase_batches: int
+    stages: tuple[str, ...] = STAGES
+
+    def __post_init__(self) -> None:
+        stages = tuple(self.stages)
+        if not stages or any(s not in STAGES for s in stages) or list(stages) != sorted(stages, key=STAGES.index) \
+                or len(set(stages)) != len(stages):
+            raise ValueError(f"ERNIE stages {stages!r}: give some of {', '.join(STAGES)}, each once, in that order")
+        object.__setattr__(self, "stages", stages)
 
     def stage(self, batch_index: int) -> str:
-        if batch_index < self.basic_batches:
-            return "basic"
-        if batch_index < self.basic_batches + self.phrase_batches:
-            return "phrase"
-        return "entity"
+        lengths = {"basic": self.basic_batches, "phrase": self.phrase_batches}
+        for name in self.stages[:-1]:
+            if batch_index < lengths[name]:
+                return name
+            batch_index -= lengths[name]
+        return self.stages[-1]
 
     @classmethod
     def thirds(cls, total_batches: int) -> ErnieSchedule:
@@ -291,8 +309,9 @@ class ErnieObjective:
 
     def __init__(self, vocab: MaskingVocab, *, pad_id: int, schedule: ErnieSchedule, tokenizer=None,
                  phrase_source: SpanSource = heuristic_phrases, entity_source: SpanSource = heuristic_entities,
-                 rates: MaskingRates = BERT_RATES) -> None:
+                 rates: MaskingRates = BERT_RATES, chinese=None) -> None:
         self.vocab, self.pad_id, self.schedule, self.tokenizer = vocab, pad_id, schedule, tokenizer
+        self.chinese = chinese  # a knowledge_zh.ChineseUnits: characters / jieba words / cached entities
         self.sources = {"phrase": phrase_source, "entity": entity_source}
         self.rates = rates
         self.mlm = MaskedLMObjective("ernie", vocab, pad_id=pad_id, scheme="phrases", rates=rates)
@@ -319,6 +338,12 @@ class ErnieObjective:
 
     def mask(self, example, stage: str, rng: np.random.Generator):
         ids, word_ids = _field(example, "input_ids"), _field(example, "word_ids")
+        if self.chinese is not None:  # every character a unit; phrases and entities as ranges of characters
+            token_word_ids, spans = self.chinese.units(ids, word_ids, stage)
+            if stage == "basic":
+                return mask_whole_words(ids, token_word_ids, self.vocab, rng, rates=self.rates)
+            n_units = sum(w is not None for w in token_word_ids)
+            return mask_phrases(ids, token_word_ids, knowledge_units(n_units, spans), self.vocab, rng, rates=self.rates)
         if stage == "basic":
             return mask_whole_words(ids, word_ids, self.vocab, rng, rates=self.rates)
         n_words = len({w for w in word_ids if w is not None and w >= 0})
@@ -356,16 +381,49 @@ def load_tagger(path: str | Path):
     raise FileNotFoundError(f"{path}: not a CoNLL-U file (.conllu) nor an elmokit tagger folder")
 
 
+LANGUAGES = ("en", "zh")
+
+
 def ernie_from_options(tokenizer, options: Mapping) -> ErnieObjective:
-    """The ``elmokit pretrain --objective ernie`` set-up. options: ``ernie_stage_batches`` (basic, phrase)
-    or ``max_steps`` (thirds; default 3 x 1000 batches), ``pos_tagger`` (CoNLL-U file or tagger folder;
-    default: the content-word heuristic), ``ner_tagger`` (tagger folder; default: capitalisation)."""
-    stages = options.get("ernie_stage_batches")
-    if stages is not None:
-        schedule = ErnieSchedule(int(stages[0]), int(stages[1]))
-    else:
+    """The ``elmokit pretrain --objective ernie`` set-up. options:
+
+    - ``ernie_language``: "en" (default; words are the corpus's words, phrases and entities from the
+      sources below) or "zh" (``knowledge_zh``: characters, jieba words of the segmented corpus, entities
+      from the cache ``ernie_entities``);
+    - ``ernie_stages``: the stages run, a subsequence of basic, phrase, entity (default: all three);
+    - ``max_tokens``: the examples' length (zh: where the corpus reader cuts a long sentence into windows);
+    - ``ernie_stage_batches``: batches of each stage but the last (an int), or (basic, phrase); default:
+      thirds of ``max_steps`` (3 x 1000 batches without it);
+    - ``pos_tagger`` (en: CoNLL-U file or tagger folder; default: the content-word heuristic);
+    - ``ner_tagger`` (en: tagger folder; default: capitalisation) or ``ernie_entities`` (en: a tagger folder;
+      zh: an entity cache of ``knowledge_zh.tag_entity_cache``, needed by its entity stage)."""
+    language = options.get("ernie_language") or "en"
+    if language not in LANGUAGES:
+        raise ValueError(f"ERNIE language {language!r}: use one of {', '.join(LANGUAGES)}")
+    stages = tuple(options.get("ernie_stages") or STAGES)
+    per_stage = options.get("ernie_stage_batches")
+    if per_stage is None:
         schedule = ErnieSchedule.thirds(int(options.get("max_steps") or 3000))
+        schedule = ErnieSchedule(schedule.basic_batches, schedule.phrase_batches, stages)
+    elif isinstance(per_stage, (int, np.integer)):
+        schedule = ErnieSchedule(int(per_stage), int(per_stage), stages)
+    else:
+        schedule = ErnieSchedule(int(per_stage[0]), int(per_stage[1]), stages)
+    vocab = MaskingVocab.from_tokenizer(tokenizer)
+    entities = options.get("ernie_entities") or options.get("ner_tagger")
+    if language == "zh":
+        from elmokit.pretraining.knowledge_zh import ChineseUnits, EntityCache
+
+        if options.get("pos_tagger"):
+            raise ValueError("Chinese ERNIE's phrases are the segmented corpus's words; it takes no POS tagger")
+        if "entity" in stages and not entities:
+            raise ValueError("Chinese ERNIE's entity stage needs an entity cache (--ernie-entities FILE, written by "
+                             "knowledge_zh.tag_entity_cache); or leave the entity stage out (--ernie-stages)")
+        window = int(options["max_tokens"]) - 2 if options.get("max_tokens") else None  # segments' capacity
+        cache = EntityCache.from_file(entities, tokenizer, window=window) if entities and "entity" in stages else None
+        return ErnieObjective(vocab, pad_id=tokenizer.pad_token_id, schedule=schedule, tokenizer=tokenizer,
+                              chinese=ChineseUnits(vocab, cache))
     phrases = tagger_phrases(load_tagger(options["pos_tagger"])) if options.get("pos_tagger") else heuristic_phrases
-    entities = tagger_entities(load_tagger(options["ner_tagger"])) if options.get("ner_tagger") else heuristic_entities
-    return ErnieObjective(MaskingVocab.from_tokenizer(tokenizer), pad_id=tokenizer.pad_token_id, schedule=schedule,
-                          tokenizer=tokenizer, phrase_source=phrases, entity_source=entities)
+    entity_source = tagger_entities(load_tagger(entities)) if entities else heuristic_entities
+    return ErnieObjective(vocab, pad_id=tokenizer.pad_token_id, schedule=schedule,
+                          tokenizer=tokenizer, phrase_source=phrases, entity_source=entity_source)

@@ -106,6 +106,11 @@ class PretrainConfig:
     objective: str
     preset: str = "tiny"
     sbo: bool = False  # SpanBERT: add the span boundary objective
+    # ERNIE (knowledge.ernie_from_options): language of the units, stages run, batches per stage, entity source
+    ernie_language: str = "en"  # "en": words; "zh": characters, jieba words, cached entities (knowledge_zh)
+    ernie_stages: str = "basic,phrase,entity"
+    ernie_stage_batches: int | None = None  # None: thirds of max_steps (3 x 1000 batches without it)
+    ernie_entities: str | None = None  # en: a NER tagger folder; zh: an entity cache (knowledge_zh.tag_entity_cache)
     dropout: float | None = None  # None: the preset's (0.1)
     max_tokens: int | None = None  # the longest example in subword tokens (None: the preset's positions)
     # tokenizer (trained on the corpus unless tokenizer_dir is given)
@@ -143,6 +148,16 @@ class PretrainConfig:
             raise ValueError(f"max_seconds must be a finite number > 0, got {self.max_seconds!r}")
         if self.sbo and self.objective != "spanbert":
             raise ValueError("--sbo (the span boundary objective) goes with --objective spanbert")
+        ernie_set = [name for name in ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities")
+                     if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+        if ernie_set and self.objective != "ernie":
+            raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
+        if self.ernie_language not in ("en", "zh"):
+            raise ValueError(f"ernie_language must be 'en' or 'zh', got {self.ernie_language!r}")
+        stages = [s.strip() for s in self.ernie_stages.split(",") if s.strip()]
+        order = ("basic", "phrase", "entity")
+        if not stages or any(s not in order for s in stages) or stages != sorted(set(stages), key=order.index):
+            raise ValueError(f"ernie_stages {self.ernie_stages!r}: give some of basic,phrase,entity, each once, in that order")
         for name in ("lr", "eps", "clip_norm"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -363,7 +378,11 @@ class _PretrainRun:
             torch.manual_seed(config.seed + 1)
             # ERNIE's three stages are thirds of the run's first max_steps (decay_steps: resolved once, so a
             # run resumed with another max_steps keeps its stages); with a time budget alone, 3 x 1000 batches
-            self.objective = self.spec.build(self.tokenizer, self.model, {"sbo": config.sbo, "max_steps": config.decay_steps})
+            self.objective = self.spec.build(self.tokenizer, self.model, {
+                "sbo": config.sbo, "max_steps": config.decay_steps, "ernie_language": config.ernie_language,
+                "ernie_stages": tuple(s.strip() for s in config.ernie_stages.split(",") if s.strip()),
+                "ernie_stage_batches": config.ernie_stage_batches, "ernie_entities": config.ernie_entities,
+                "max_tokens": config.example_tokens})
         self.modules = dict(self.objective.modules())
         self.model.to(self.device)
         for module in self.modules.values():

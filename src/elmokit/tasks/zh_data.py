@@ -79,6 +79,46 @@ def read_peoples_daily_cws(path: str | os.PathLike, split: str | None = None) ->
     return corpus
 
 
+# PKU name tags -> entity types: nr person (surname and given name are separate nr words: "江/nr 泽民/nr"),
+# ns place, nt organisation.
+PD_ENTITY_TYPES = {"nr": "PER", "ns": "LOC", "nt": "ORG"}
+
+
+def peoples_daily_entities_bio(words: Sequence[str], tags: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(characters, BIO labels) of one People's Daily paragraph from its PKU tags: an ``ns`` or ``nt``
+    word is one LOC / ORG entity; a run of consecutive ``nr`` words is one PER entity (PKU tags a
+    surname and a given name as two ``nr`` words); every other word is O.
+
+    >>> peoples_daily_entities_bio(["江", "泽民", "访问", "北京"], ["nr", "nr", "v", "ns"])
+    (['江', '泽', '民', '访', '问', '北', '京'], ['B-PER', 'I-PER', 'I-PER', 'O', 'O', 'B-LOC', 'I-LOC'])
+    """
+    chars, labels = [], []
+    previous = None
+    for word, tag in zip(words, tags, strict=True):
+        kind = PD_ENTITY_TYPES.get(tag)
+        chars.extend(word)
+        if kind is None:
+            labels.extend(["O"] * len(word))
+        elif kind == "PER" and previous == "nr":  # the given name after the surname
+            labels.extend([f"I-{kind}"] * len(word))
+        else:
+            labels.extend([f"B-{kind}"] + [f"I-{kind}"] * (len(word) - 1))
+        previous = tag
+    return chars, labels
+
+
+def read_peoples_daily_ner(path: str | os.PathLike, split: str | None = None) -> TaggedCorpus:
+    """Named entities of People's Daily as character NER: each paragraph of ``split`` as characters with
+    BIO labels PER / LOC / ORG from its nr / ns / nt tags (``peoples_daily_entities_bio``)."""
+    words = read_peoples_daily(path, split)
+    corpus = TaggedCorpus([], [], str(path), ["nr/ns/nt -> PER/LOC/ORG, consecutive nr words one person"])
+    for sentence, tags in zip(words.sentences, words.labels):
+        chars, labels = peoples_daily_entities_bio(sentence, tags)
+        corpus.sentences.append(chars)
+        corpus.labels.append(labels)
+    return corpus
+
+
 # --------------------------------------------------------------------------- word segmentation as tagging
 
 # Word segmentation as character tagging (Xue 2003): each character is B (begins a word of two or more
