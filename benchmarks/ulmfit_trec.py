@@ -1,6 +1,9 @@
-"""ULMFiT Table 4 and Figure 3 shapes on TREC-6, at our scale: docs/results.md "Transfer recipes: ULMFiT".
+"""ULMFiT Table 4 and Figure 3 shapes on TREC-6 and SST-2, at our scale: docs/results.md "Transfer recipes: ULMFiT".
 
     python benchmarks/ulmfit_trec.py                                  # table 4 rows, seed 0, one thread
+    python benchmarks/ulmfit_trec.py --task sst2                      # the same rows on binary SST
+    python benchmarks/ulmfit_trec.py --rows finetuned --out docs/results/ulmfit_trec_bidirectional.json
+                                                                      # forward, backward and their average
     python benchmarks/ulmfit_trec.py --seeds 0,1 --curve 100,500,1000  # + Figure 3's learning curve
     python benchmarks/ulmfit_trec.py --ablation --merge                # + the Table 6/7-style ablation
 
@@ -18,8 +21,15 @@ target-task LM fine-tuning on the training questions. Validation = a fixed 10% o
 learning curve trains on the first N questions of a fixed shuffle of the 90% training part, with
 the LM fine-tuned on all training questions (the paper's semi-supervised setting).
 
-Howard & Ruder (2018) Table 4, TREC-6 validation error: without pretraining 10.67, with 5.69.
-Writes ``--out`` (JSON) and prints a markdown table.
+``--task sst2``: binary SST (Socher et al. 2013) at the sentence level, its standard split: the roots
+of ``shared/data/sst/trees`` with neutral dropped, 0-1 negative, 3-4 positive (train 6,920, validation
+= dev 872, test 1,821; ``elmokit.evaluation.sst``). ``--rows`` picks Table 4 rows (scratch, pretrained,
+finetuned). Every row also records each direction's own validation and test error, so a
+``--directions forward,backward`` run gives the forward, backward and averaged (§3.3) classifiers.
+
+Howard & Ruder (2018) Table 4, TREC-6 validation error: without pretraining 10.67, with 5.69 (the paper
+has no SST-2 number). Writes ``--out`` (JSON, default docs/results/ulmfit_TASK.json) and prints a
+markdown table.
 """
 
 from __future__ import annotations
@@ -37,12 +47,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from elmokit.evaluation.sst import read_sst, sst_dir, sst_task
 from elmokit.evaluation.trec import read_trec, validation_split
 from elmokit.training.lm import LanguageModel, init_like_bilm_tf
-from elmokit.transfer.ulmfit import ClassifierOptions, LMFineTuneOptions, language_model_loss, train_ulmfit
+from elmokit.transfer.ulmfit import ClassifierOptions, LMFineTuneOptions, ULMFiTClassifier, language_model_loss, train_ulmfit
 
 REPO = Path(__file__).resolve().parents[1]
-PAPER_TABLE4 = {"from scratch": 10.67, "pretrained + LM fine-tuning": 5.69}
+PAPER_TABLE4 = {"trec": {"from scratch": 10.67, "pretrained + LM fine-tuning": 5.69}, "sst2": {}}
+# --rows name -> (Table 4 row, LM kind, whether the LM is fine-tuned on the task text first)
+TABLE4_ROWS = {"scratch": ("from scratch", "scratch", False), "pretrained": ("pretrained", "default", False),
+               "finetuned": ("pretrained + LM fine-tuning", "default", True)}
 # name -> (LM fine-tuning options, classifier options) changed from the full recipe. Howard & Ruder
 # ablate discr and stlr in the LM fine-tuning (Table 6) and with gradual unfreezing in the classifier
 # (Table 7); here each trick is removed wherever the recipe uses it.
@@ -58,6 +72,37 @@ def error(classifier, data) -> float:
     return 100.0 - classifier.accuracy(*data)
 
 
+def repo_relative(path: str) -> str:
+    """``path`` relative to the repository when it is inside it (no machine's absolute paths in the JSON)."""
+    resolved = Path(path).resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else path
+
+
+def per_direction_error(classifier: ULMFiTClassifier, data) -> dict[str, float]:
+    """Each direction's classifier on its own (its softmax alone instead of the average)."""
+    return {d: error(ULMFiTClassifier(classifier.config, {d: model}, classifier.labels), data)
+            for d, model in classifier.models.items()}
+
+
+def load_task(task: str):
+    """(train, validation, test) as (sentences, label names) pairs, and a one-line description."""
+    if task == "sst2":
+        folder = sst_dir()
+        splits = []
+        for split in ("train", "dev", "test"):
+            sentences, labels = read_sst(folder / f"{split}.txt")
+            kept, names = sst_task(sentences, labels, binary=True)
+            splits.append(([sentences[i] for i in kept], names))
+        train, valid, test = splits
+        return train, valid, test, f"SST-2: train {len(train[0])}, validation (dev) {len(valid[0])}, test {len(test[0])}"
+    questions, labels = read_trec(split="train")
+    test = read_trec(split="test")
+    train_idx, valid_idx = validation_split(len(questions))
+    train = ([questions[i] for i in train_idx], [labels[i] for i in train_idx])
+    valid = ([questions[i] for i in valid_idx], [labels[i] for i in valid_idx])
+    return train, valid, test, f"TREC-6: train {len(train[0])}, validation {len(valid[0])}, test {len(test[0])}"
+
+
 def fresh_lm(kind: str, seed: int):
     lm, vocabulary, _ = LanguageModel.load("default")
     if kind == "scratch":
@@ -69,6 +114,9 @@ def fresh_lm(kind: str, seed: int):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=("trec", "sst2"), default="trec", help="data set (default: %(default)s)")
+    parser.add_argument("--rows", default=",".join(TABLE4_ROWS),
+                        help=f"comma-separated Table 4 rows from {', '.join(TABLE4_ROWS)} (default: %(default)s)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=5, help="classifier epochs (default: %(default)s)")
     parser.add_argument("--lm-epochs", type=int, default=2, help="target LM fine-tuning epochs (default: %(default)s)")
@@ -79,21 +127,25 @@ def main(argv=None) -> int:
                         help="run the ablation of discr, STLR and gradual unfreezing instead of the Table 4 rows")
     parser.add_argument("--merge", action="store_true", help="add to the rows already in --out instead of replacing them")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(REPO / "docs" / "results" / "ulmfit_trec.json"))
+    parser.add_argument("--out", default=None, help="JSON output (default: docs/results/ulmfit_TASK.json)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = str(REPO / "docs" / "results" / f"ulmfit_{args.task}.json")
+    table4_rows = args.rows.split(",")
+    unknown = sorted(set(table4_rows) - set(TABLE4_ROWS))
+    if unknown:
+        parser.error(f"--rows: unknown {unknown}; choose from {', '.join(TABLE4_ROWS)}")
+    if args.curve and "finetuned" not in table4_rows and not args.ablation:
+        parser.error("--curve needs the finetuned row (its LM) or --ablation")
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",")]
     directions = tuple(args.directions.split(","))
-    questions, labels = read_trec(split="train")
-    test = read_trec(split="test")
-    train_idx, valid_idx = validation_split(len(questions))
-    train = ([questions[i] for i in train_idx], [labels[i] for i in train_idx])
-    valid = ([questions[i] for i in valid_idx], [labels[i] for i in valid_idx])
-    print(f"TREC-6: train {len(train[0])}, validation {len(valid[0])}, test {len(test[0])}", flush=True)
+    train, valid, test, description = load_task(args.task)
+    print(description, flush=True)
     command = "python benchmarks/ulmfit_trec.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    results = {"command": command, "date": date.today().isoformat(),
+    results = {"command": command, "task": args.task, "date": date.today().isoformat(),
                "machine": f"{platform.machine()} CPU, {args.threads} thread(s)",
-               "options": vars(args), "rows": [], "curve": []}
+               "options": {**vars(args), "out": repo_relative(args.out)}, "rows": [], "curve": []}
     if args.merge and Path(args.out).is_file():
         results = json.loads(Path(args.out).read_text(encoding="utf-8"))
         results.setdefault("commands", [results.get("command", "")]).append(command)
@@ -118,8 +170,8 @@ def main(argv=None) -> int:
                                     directions=directions, log=lambda m: print("   ", m, flush=True))
         row = {"row": name, "seed": seed, "train_size": len(data[0]), "validation_error": error(clf, valid),
                "test_error": error(clf, test), "seconds": round(time.time() - start, 1),
-               "per_direction_validation_error": {d: 100 - max(h["dev_accuracy"] for h in hs)
-                                                  for d, hs in history["classifiers"].items()},
+               "per_direction_validation_error": per_direction_error(clf, valid),
+               "per_direction_test_error": per_direction_error(clf, test),
                "lm_valid_loss": language_model_loss(lm, vocabulary, valid[0])}
         if table == "ablation":
             row.update(lm_epochs=lm_epochs, classifier_epochs=epochs, lm_changes=lm_changes or {},
@@ -154,8 +206,8 @@ def main(argv=None) -> int:
             lm.load_state_dict(tuned_lms[json.dumps({})])
             finetuned[seed] = (lm, vocabulary)
         else:
-            for name, kind, lm_epochs in (("from scratch", "scratch", 0), ("pretrained", "default", 0),
-                                          ("pretrained + LM fine-tuning", "default", args.lm_epochs)):
+            for name, kind, finetune in (TABLE4_ROWS[r] for r in table4_rows):
+                lm_epochs = args.lm_epochs if finetune else 0
                 row, lm, vocabulary = run(name, kind, lm_epochs, seed, train, args.epochs)
                 if lm_epochs:
                     finetuned[seed] = (lm, vocabulary)
@@ -167,7 +219,7 @@ def main(argv=None) -> int:
                 lm, vocabulary = finetuned[seed]
                 run("pretrained + LM fine-tuning (all text)", "default", 0, seed, subset,
                     args.curve_epochs, lm=lm, vocabulary=vocabulary)
-    print_table(results)
+    print_table(results, PAPER_TABLE4[results.get("task", "trec")])
     return 0
 
 
@@ -177,13 +229,19 @@ def summary(values):
     return f"{mean:.2f}" + (f" ± {half:.2f}" if len(values) > 1 else "")
 
 
-def print_table(results) -> None:
+def print_table(results, paper_table4: dict) -> None:
     print("\n| row | validation error | test error | paper (validation) |\n|---|---|---|---|")
     for name in dict.fromkeys(r["row"] for r in results["rows"]):
         rows = [r for r in results["rows"] if r["row"] == name]
-        paper = PAPER_TABLE4.get(name, "")
+        paper = paper_table4.get(name, "")
         print(f"| {name} | {summary([r['validation_error'] for r in rows])} | "
               f"{summary([r['test_error'] for r in rows])} | {paper} |")
+    if any(len(r.get("per_direction_test_error", {})) > 1 for r in results["rows"]):
+        print("\n| row | seed | direction | validation error | test error |\n|---|---|---|---|---|")
+        for r in results["rows"]:
+            for d, test_error in r.get("per_direction_test_error", {}).items():
+                print(f"| {r['row']} | {r['seed']} | {d} | {r['per_direction_validation_error'][d]:.2f} | {test_error:.2f} |")
+            print(f"| {r['row']} | {r['seed']} | average | {r['validation_error']:.2f} | {r['test_error']:.2f} |")
     if results.get("ablation"):
         print("\n| ablation | validation error | test error | per seed (validation) |\n|---|---|---|---|")
         for name in dict.fromkeys(r["row"] for r in results["ablation"]):

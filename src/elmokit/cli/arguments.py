@@ -50,7 +50,8 @@ def add_task_file_arguments(parser: argparse.ArgumentParser, *, dev: str, test: 
 def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
     """The task model's shape (TaggerConfig) and training options (TrainOptions)."""
     model = parser.add_argument_group("task model")
-    model.add_argument("--output", choices=("crf", "softmax"), default="crf", help="CRF (default) or per-token softmax")
+    model.add_argument("--output", choices=("crf", "softmax"), default=None,
+                       help="CRF or per-token softmax (default: crf; --recipe finetune: softmax, BERT §5.3's linear layer)")
     model.add_argument("--scheme", choices=("BIO", "BIOES"), default="BIO",
                        help="NER: train in this label scheme (predictions and scores are always BIO/IOB2)")
     from elmokit.tasks.tagger.model import ELMO_MODES
@@ -69,10 +70,12 @@ def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--min-word-count", type=non_negative_int, default=2,
                        help="training words seen fewer times share the unknown-word vector")
     train = parser.add_argument_group("training")
-    train.add_argument("--epochs", type=positive_int, default=10, help="at most this many epochs")
+    train.add_argument("--epochs", type=positive_int, default=None,
+                       help="at most this many epochs (default: 10; --recipe finetune: 3, BERT §A.3)")
     train.add_argument("--patience", type=positive_int, default=3, help="stop after this many epochs without a better dev score")
     train.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
-    train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate of the task model")
+    train.add_argument("--lr", type=positive_float, default=None,
+                       help="Adam learning rate of the task model (default: 0.001; --recipe finetune: AdamW peak rate, 5e-5)")
     train.add_argument("--fine-tune-lr", type=positive_float, default=1e-4, help="Adam learning rate of the biLM (--fine-tune)")
     train.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
     train.add_argument("--max-train-sentences", type=positive_int, default=None, help="use only the first N training sentences")
@@ -82,7 +85,7 @@ def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def tagger_config_changes(args: argparse.Namespace) -> dict:
-    return dict(output=args.output, elmo=args.elmo, elmo_at_output=args.elmo_at_output, mix_l2=args.mix_l2,
+    return dict(output=args.output or "crf", elmo=args.elmo, elmo_at_output=args.elmo_at_output, mix_l2=args.mix_l2,
                 fine_tune=args.fine_tune, word_dim=args.word_dim, hidden_dim=args.hidden_dim, dropout=args.dropout,
                 elmo_dropout=args.elmo_dropout, lowercase=not args.no_lowercase, min_word_count=args.min_word_count)
 
@@ -90,7 +93,8 @@ def tagger_config_changes(args: argparse.Namespace) -> dict:
 def tagger_train_options(args: argparse.Namespace):
     from elmokit.tasks.tagger import TrainOptions
 
-    return TrainOptions(epochs=args.epochs, patience=args.patience, batch_size=args.batch_size, learning_rate=args.lr,
+    return TrainOptions(epochs=args.epochs or 10, patience=args.patience, batch_size=args.batch_size,
+                        learning_rate=1e-3 if args.lr is None else args.lr,
                         fine_tune_learning_rate=args.fine_tune_lr, seed=args.seed)
 
 
@@ -123,7 +127,8 @@ def refuse_representation_flags(args: argparse.Namespace, recipe: str, what: str
     from elmokit.representation import RepresentationError
 
     used = [flag for flag, value in (("--options-file", args.options_file), ("--weight-file", args.weight_file),
-                                     ("--vectors", getattr(args, "vectors", None)), ("--no-elmo", args.no_elmo)) if value]
+                                     ("--vectors", getattr(args, "vectors", None)),
+                                     ("--no-elmo", getattr(args, "no_elmo", False))) if value]
     if used or (need_model and not args.model):
         raise RepresentationError(f"--recipe {recipe} fine-tunes {what} given by --model"
                                   + (f"; {', '.join(used)} cannot be used with it" if used else ""))

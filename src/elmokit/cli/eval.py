@@ -161,6 +161,10 @@ def _register_tagging(sub, task: str) -> None:
     p.add_argument("--data-dir", default=None, help="the folder holding the data sets (default: $ELMOKIT_SHARED/data "
                    "or ../shared/data)")
     add_tagger_arguments(p)
+    if task != "cws":
+        from elmokit.cli.finetune_tag_recipe import add_recipe_arguments
+
+        add_recipe_arguments(p)
     p.add_argument("--out", default=None, help="write all results as JSON here")
     p.set_defaults(func=lambda args: _run_reporting(f"eval {task}", run_tagging, args), task=task)
 
@@ -173,14 +177,19 @@ def run_tagging(args: argparse.Namespace) -> int:
 
     apply_threads(args)
     try:
-        representation, spec = load_representation(args)
-        results = run_benchmark(
-            [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
-            baseline=not args.no_baseline, options=tagger_train_options(args),
-            config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
-            max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
-            max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
-        )
+        if getattr(args, "recipe", "feature") == "finetune":  # BERT §5.3: cli/finetune_tag_recipe.py
+            from elmokit.cli.finetune_tag_recipe import run_eval
+
+            results = run_eval(args)
+        else:
+            representation, spec = load_representation(args)
+            results = run_benchmark(
+                [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
+                baseline=not args.no_baseline, options=tagger_train_options(args),
+                config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
+                max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
+                max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
+            )
     except (TaggingDataError, ValueError) as error:
         print(f"elmokit eval {args.task}: error: {error}", file=sys.stderr)
         return 2

@@ -22,18 +22,22 @@ from elmokit.cli.common import non_negative_float, probability
 FINETUNE_LR = 5e-5  # BERT's fine-tuning rate (--lr's default with this recipe)
 
 
-def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("--recipe finetune (GPT eq. 5, BERT §4.1/§A.3; defaults are BERT's)")
-    group.add_argument("--aux-lm", action="store_true",
-                       help="add GPT's auxiliary language-model loss to the task loss (left-to-right models only)")
-    group.add_argument("--aux-lm-weight", type=non_negative_float, default=0.5,
-                       help="lambda of the auxiliary LM loss, L3 = L2 + lambda * L1 (default: %(default)s)")
+def add_finetune_arguments(parser: argparse.ArgumentParser, *, aux_lm: bool = True,
+                           title: str = "--recipe finetune (GPT eq. 5, BERT §4.1/§A.3; defaults are BERT's)"):
+    """The fine-tuning flags (``aux_lm=False``: without GPT's auxiliary LM, for tagging); returns the group."""
+    group = parser.add_argument_group(title)
+    if aux_lm:
+        group.add_argument("--aux-lm", action="store_true",
+                           help="add GPT's auxiliary language-model loss to the task loss (left-to-right models only)")
+        group.add_argument("--aux-lm-weight", type=non_negative_float, default=0.5,
+                           help="lambda of the auxiliary LM loss, L3 = L2 + lambda * L1 (default: %(default)s)")
     group.add_argument("--warmup", type=probability, default=0.1,
                        help="share of the steps with a linearly rising rate before the linear decay (default: %(default)s)")
     group.add_argument("--weight-decay", type=non_negative_float, default=0.01,
                        help="AdamW weight decay, not applied to biases and layer norms (default: %(default)s)")
     group.add_argument("--head-dropout", type=probability, default=0.1,
                        help="dropout before the classification layer (default: %(default)s)")
+    return group
 
 
 def run_finetune_train(args: argparse.Namespace, data: dict) -> int:

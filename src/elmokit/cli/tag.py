@@ -2,10 +2,13 @@
 
     elmokit tag train --train en_ewt-ud-train.conllu --dev en_ewt-ud-dev.conllu --format conllu --out runs/pos
     elmokit tag train --train train.txt --dev dev.txt --format conll --token-prefix en: --model default --out runs/ner
+    elmokit tag train --recipe finetune --model runs/bert/model --train train.txt --dev dev.txt --format conll --out runs/bert-ner
     elmokit tag predict --tagger runs/ner --input sentences.txt --out tagged.conll
 
 The representation is ``--model`` (an ELMo model, default 'default'), ``--options-file`` +
 ``--weight-file``, ``--vectors`` (a static table), or ``--no-elmo`` (the baseline tagger).
+``--recipe finetune`` instead trains the transformer folder ``--model`` names end to end with a linear
+layer on each word's first sub-token (BERT §5.3; ``cli/finetune_tag_recipe.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from elmokit.cli.common import (
     positive_int,
     run_reporting_errors,
 )
+from elmokit.cli.finetune_tag_recipe import add_recipe_arguments, run_tag_train
 
 
 def register(subparsers) -> None:
@@ -57,6 +61,7 @@ def _register_train(sub) -> None:
                    help="metric: pos = accuracy, ner = span F1 (default: pos for conllu, ner for conll)")
     add_representation_arguments(p, no_elmo=True)
     add_tagger_arguments(p)
+    add_recipe_arguments(p)
     p.set_defaults(func=lambda args: run_reporting_errors("tag train", _train, args))
 
 
@@ -77,6 +82,8 @@ def _train(args: argparse.Namespace) -> int:
     try:
         train, dev = _read(args, args.train).subset(args.max_train_sentences), _read(args, args.dev)
         test = _read(args, args.test) if args.test else None
+        if args.recipe == "finetune":
+            return run_tag_train(args, task, train, dev, test)
         representation, spec = load_representation(args)
         changes = tagger_config_changes(args)
         if representation is None:
@@ -133,10 +140,16 @@ def _predict(args: argparse.Namespace) -> int:
     from elmokit.tasks.data import TaggingDataError, read_conll, read_conllu, read_text, write_conll
     from elmokit.tasks.tagger import SequenceTagger, TaggerFolderError, main_metric, score
     from elmokit.text.corpus import Tokenizer
+    from elmokit.transfer.finetune_tagger import FineTunedTagger, is_finetuned_tagger_folder
 
     apply_threads(args)
     try:
-        tagger = SequenceTagger.load(args.tagger)
+        if is_finetuned_tagger_folder(args.tagger):  # --recipe finetune: the transformer reads the words itself
+            tagger = FineTunedTagger.load(args.tagger)
+            task = tagger.task
+        else:
+            tagger = SequenceTagger.load(args.tagger)
+            task = tagger.config.task
         gold = None
         if args.format == "text":
             sentences = read_text(args.input, Tokenizer(kind=args.tokenizer))
@@ -150,7 +163,7 @@ def _predict(args: argparse.Namespace) -> int:
     write_conll(args.out, sentences, predictions)
     print(f"{counted(len(sentences), 'sentence')} tagged, written to {args.out}")
     if gold is not None:
-        result = score(gold.labels, predictions, tagger.config.task)
-        name = "span F1 (seqeval strict, IOB2)" if tagger.config.task == "ner" else "token accuracy"
-        print(f"{name}: {100 * main_metric(result, tagger.config.task):.2f}")
+        result = score(gold.labels, predictions, task)
+        name = "span F1 (seqeval strict, IOB2)" if task == "ner" else "token accuracy"
+        print(f"{name}: {100 * main_metric(result, task):.2f}")
     return 0

@@ -237,6 +237,66 @@ def run_benchmark(
     return results
 
 
+def run_finetune_benchmark(
+    dataset_names: Sequence[str],
+    folder: str | os.PathLike,
+    *,
+    scheme: str = "BIO",
+    output: str = "softmax",
+    options=None,
+    patience: int | None = None,
+    max_train_sentences: int | None = None,
+    max_eval_sentences: int | None = None,
+    max_dev_sentences: int | None = None,
+    data_dir: str | os.PathLike | None = None,
+    log=None,
+) -> list[dict[str, Any]]:
+    """``run_benchmark``'s rows for the fine-tuning recipe (``elmokit.transfer.finetune_tagger``): the
+    transformer in ``folder`` trained end to end with a linear layer (or CRF) on each word's first
+    sub-token; the same data, subsets and result fields (``elmo`` is "finetune", no layer weights).
+    Word-level data sets only (NER, POS)."""
+    from elmokit.transfer.finetune_tagger import TAGGING_DEFAULTS, finetune_tagger
+
+    log = log or logger.info
+    results = []
+    for name in dataset_names:
+        if name not in DATASETS:
+            raise ValueError(f"unknown tagging data set {name!r}; known: {', '.join(DATASETS)}")
+        dataset = DATASETS[name]
+        if dataset.units != "words" or dataset.task == "cws":
+            raise ValueError(f"{name}: the fine-tuning recipe tags words; {dataset.task} on {dataset.units} is not supported")
+        corpora = load_dataset(dataset, data_dir)
+        if corpora is None:
+            log(f"{name}: not present, skipped")
+            continue
+        train = corpora["train"].subset(max_train_sentences)
+        dev = corpora["dev"].subset(min(n for n in (max_eval_sentences, max_dev_sentences, len(corpora["dev"]))
+                                        if n is not None))
+        test = corpora["test"].subset(max_eval_sentences)
+        log(f"{name}: fine-tuning {folder} on {len(train)} sentences ({train.num_tokens} tokens), "
+            f"dev {len(dev)}, test {len(test)}")
+        started = time.perf_counter()
+        tagger = finetune_tagger(folder, train, dev, task=dataset.task, scheme=scheme, output=output,
+                                 options=options or TAGGING_DEFAULTS, patience=patience,
+                                 log=lambda m, name=name: log(f"{name} [finetune] {m}"))
+        dev_result, test_result = tagger.history[tagger.best_epoch - 1]["dev"], tagger.evaluate(test)
+        results.append({
+            "dataset": name, "task": dataset.task, "representation": f"finetune:{Path(folder).name}",
+            "tokens": dataset.units, "alignment": "first sub-token of each word", "elmo": "finetune",
+            "metric": dev_result["metric"], "dev": dev_result, "test": test_result,
+            "dev_score": main_metric(dev_result, dataset.task), "test_score": main_metric(test_result, dataset.task),
+            "best_epoch": tagger.best_epoch, "epochs_run": len(tagger.history), "mixing_weights": {},
+            "train_sentences": len(train), "dev_sentences": len(dev), "test_sentences": len(test),
+            "seconds": round(time.perf_counter() - started, 1),
+            "config": {"recipe": "finetune", "model": str(folder), "output": output, "scheme": tagger.scheme,
+                       "options": dataclasses.asdict(tagger.options), "patience": patience},
+            "history": [{k: v for k, v in h.items() if k != "dev"} | {"dev_score": main_metric(h["dev"], dataset.task)}
+                        for h in tagger.history],
+            "notes": corpora["train"].notes,
+        })
+    return results
+
+
 def format_table(results: Sequence[dict[str, Any]]) -> str:
     """One row per (data set, representation): dev and test score, epochs, layer weights."""
     header = ["dataset", "representation", "metric", "dev", "test", "best epoch", "softmax(w) / gamma"]

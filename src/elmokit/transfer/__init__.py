@@ -8,4 +8,6 @@ recipe, each a real option of the task commands (``--recipe``).
 * :mod:`elmokit.transfer.cove`, :mod:`elmokit.transfer.cove_train`: CoVe, an MT encoder's states.
 * :mod:`elmokit.transfer.finetune`: fine-tuning a transformer for classification: BERT's [CLS]
   classifier and GPT's last-token classifier with the auxiliary LM loss (eq. 5).
+* :mod:`elmokit.transfer.finetune_tagger`: fine-tuning a transformer for tagging: a linear layer (or
+  the CRF) on each word's first sub-token, BERT §5.3 (``tag train --recipe finetune``).
 """

@@ -149,6 +149,19 @@ def warmup_then_linear_decay(step: int, total: int, warmup: float) -> float:
     return max(0.0, (total - step) / max(1, total - warm))
 
 
+def adamw_with_warmup(model: nn.Module, options: FineTuneOptions, total_steps: int):
+    """(optimizer, scheduler) of BERT's §A.3 and GPT's §4.1 for every parameter of ``model``: AdamW with
+    ``options.weight_decay``, none on biases and LayerNorm weights; the rate ``options.learning_rate``
+    times ``warmup_then_linear_decay`` over ``total_steps`` (call ``scheduler.step()`` after each update)."""
+    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n or ".ln_" in n]
+    decay = [p for p in model.parameters() if all(p is not q for q in no_decay)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": options.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=options.learning_rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_then_linear_decay(step, total_steps, options.warmup))
+    return optimizer, scheduler
+
+
 def combined_loss(logits: torch.Tensor, targets: torch.Tensor, lm_loss: torch.Tensor | None, weight: float) -> torch.Tensor:
     """GPT eq. 5: L3 = L2 + lambda * L1 (L1 absent: BERT's L2 alone)."""
     task = nn.functional.cross_entropy(logits, targets)
@@ -238,13 +251,8 @@ def finetune_classifier(
     if options.aux_lm and not model.causal:
         raise ValueError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model, "
                          f"not {base.config.model_type}")
-    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n or ".ln_" in n]
-    decay = [p for p in model.parameters() if all(p is not q for q in no_decay)]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": options.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=options.learning_rate)
     steps_per_epoch = -(-len(train[0]) // options.batch_size)
-    total = options.epochs * steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_then_linear_decay(s, total, options.warmup))
+    optimizer, scheduler = adamw_with_warmup(model, options, options.epochs * steps_per_epoch)
     targets = torch.tensor([index[y] for y in train[1]])
     positions = _max_positions(base.config)
     result = FineTuned(model, tokenizer, labels, options, source=str(folder))
