@@ -207,7 +207,7 @@ def bert_report() -> str:
                      "add to a tagger that works without it; the fine-tuning row has nothing but the transformer and "
                      "a linear layer, so it is as good as the pretrained model, here one trained for 100 CPU-seconds "
                      "where BERT-base saw 3.3B words. ")
-        by_rate = sorted(tuned, key=lambda m: float(m.split("-lr", 1)[1]) if "-lr" in m else 5e-5)
+        by_rate = sorted((m for m in tuned if "-crf" not in m), key=lambda m: float(finetune_lr(m) or 5e-5))
         if len(by_rate) > 1 and all(dev_means[a] < dev_means[b] for a, b in zip(by_rate, by_rate[1:])):
             said += (f"The fine-tuning rows rise with the rate ({' < '.join(f'`{m}`' for m in by_rate)} in dev F1): "
                      "BERT's 5e-5 assumes a model that already knows the language. ")

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from elmokit.io import atomic_path  # noqa: E402
+from elmokit.io import atomic_path, write_marked_block  # noqa: E402
 
 WORK = REPO / "runs" / "zh_ernie"
 RAW_CORPUS = REPO / "runs" / "zh" / "corpus" / "train.txt"
@@ -364,18 +364,7 @@ def table() -> str:
 
 def write_results(body: str, path: Path = RESULTS) -> None:
     """Put ``body`` between this script's markers in docs/results.md (after the Chinese tasks table)."""
-    text = path.read_text(encoding="utf-8")
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    elif AFTER in text:
-        head, tail = text.split(AFTER, 1)
-        text = head + AFTER + "\n\n" + block + "\n" + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(text, encoding="utf-8")
+    write_marked_block(path, BEGIN, END, body, after=AFTER)
 
 
 def step_report(args) -> None:

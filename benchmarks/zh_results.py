@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from elmokit.io import atomic_path  # noqa: E402
+from elmokit.io import atomic_path, write_marked_block  # noqa: E402
 
 RESULTS = REPO / "docs" / "results.md"
 MODEL_JSON = REPO / "docs" / "results" / "zh" / "model.json"
@@ -122,10 +122,11 @@ def record_model() -> None:
 
 
 def model_part() -> str:
-    """The biLM's perplexity part, from docs/results/zh/model.json and docs/benchmarks/zh_model_eval.json."""
-    lines = [BEGIN, "### The Chinese biLM's perplexity", ""]
+    """The biLM's perplexity part (without its markers), from docs/results/zh/model.json and
+    docs/benchmarks/zh_model_eval.json."""
+    lines = ["### The Chinese biLM's perplexity", ""]
     if not (MODEL_JSON.exists() and EVAL_JSON.exists()):
-        return "\n".join(lines + ["Not measured yet: `python benchmarks/zh_results.py --steps model,perplexity`.", END])
+        return "\n".join(lines + ["Not measured yet: `python benchmarks/zh_results.py --steps model,perplexity`."])
     model = json.loads(MODEL_JSON.read_text(encoding="utf-8"))
     evaluation = json.loads(EVAL_JSON.read_text(encoding="utf-8"))["results"]
     sets = "; ".join(f"{r['average']:.1f} on {r['set']} ({r['num_tokens']:,} tokens, OOV {100 * r['oov_rate']:.1f}%)"
@@ -147,24 +148,15 @@ def model_part() -> str:
         "Commands: `" + model["command"] + "` (training), then "
         "`python benchmarks/zh_results.py --steps perplexity` (eval_lm.py on the two held-out texts; "
         "`--report-only` rebuilds this part from the JSON).",
-        END,
     ]
     return "\n".join(lines)
 
 
 def write_model_part(path: Path = RESULTS) -> None:
     text = path.read_text(encoding="utf-8")
-    block = model_part()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    elif AFTER in text:
-        head, tail = text.split(AFTER, 1)
-        text = head + AFTER + "\n\n" + block + "\n" + tail
-    else:
+    if not (BEGIN in text and END in text) and AFTER not in text:
         raise SystemExit(f"{path}: no '{AFTER}' marker to put the model's part after; run the segmenters step first")
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(text, encoding="utf-8")
+    write_marked_block(path, BEGIN, END, model_part(), after=AFTER)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from elmokit.data_paths import shared_data  # noqa: E402
 from elmokit.evaluation.segmentation import read_dictionary, read_lines, score_segmentation  # noqa: E402
-from elmokit.io import atomic_path  # noqa: E402
+from elmokit.io import atomic_path, write_marked_block  # noqa: E402
 from elmokit.text.segmenters import DEFAULT_CHINESE_TOKENIZER, SEGMENTER_KINDS, SegmenterError, segment  # noqa: E402
 
 RESULTS = REPO / "docs" / "results.md"
@@ -138,18 +138,7 @@ def table(results: dict, command: str) -> str:
 
 
 def write_results(section_body: str, path: Path = RESULTS) -> None:
-    text = path.read_text(encoding="utf-8")
-    block = f"{BEGIN}\n{section_body}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        if SECTION not in text:
-            text = text.rstrip("\n") + f"\n\n{SECTION}\n"
-        head, tail = text.split(SECTION, 1)
-        text = head + SECTION + "\n\n" + block + "\n" + tail.lstrip("\n")
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(text, encoding="utf-8")
+    write_marked_block(path, BEGIN, END, section_body, heading=SECTION)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from elmokit.io import atomic_path  # noqa: E402
+from elmokit.io import atomic_path, write_marked_block  # noqa: E402
 
 RESULTS = REPO / "docs" / "results.md"
 JSON_DIR = REPO / "docs" / "results" / "zh" / "tasks"
@@ -213,21 +213,7 @@ def table() -> str:
 
 
 def write_results(body: str, path: Path = RESULTS) -> None:
-    text = path.read_text(encoding="utf-8")
-    block = f"{BEGIN}\n{body}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    elif AFTER in text:
-        head, tail = text.split(AFTER, 1)
-        text = head + AFTER + "\n\n" + block + "\n" + tail
-    else:
-        if SECTION not in text:
-            text = text.rstrip("\n") + f"\n\n{SECTION}\n"
-        head, tail = text.split(SECTION, 1)
-        text = head + SECTION + "\n\n" + block + "\n" + tail.lstrip("\n")
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(text, encoding="utf-8")
+    write_marked_block(path, BEGIN, END, body, after=AFTER, heading=SECTION)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from elmokit.io import atomic_directory, atomic_path, remove_stale_temporaries, temporary_path
+from elmokit.io import atomic_directory, atomic_path, remove_stale_temporaries, temporary_path, write_marked_block
 
 
 def test_atomic_directory_replaces_on_success_and_keeps_the_old_folder_on_failure(tmp_path):
@@ -76,3 +76,20 @@ def test_atomic_directory_removes_stale_staging_folders_of_its_target(tmp_path):
         assert staging == temporary_path(target)
         (staging / "a.txt").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
+
+
+def test_write_marked_block_replaces_inserts_after_under_heading_or_appends(tmp_path):
+    begin, end = "<!-- part:begin -->", "<!-- part:end -->"
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Results\n\nintro\n<!-- other:end -->\n\n## Later\n", encoding="utf-8")
+    write_marked_block(doc, begin, end, "one", after="<!-- other:end -->")
+    first = doc.read_text(encoding="utf-8")
+    assert first == f"# Results\n\nintro\n<!-- other:end -->\n\n{begin}\none\n{end}\n\n\n## Later\n"
+    write_marked_block(doc, begin, end, "two", after="<!-- other:end -->")  # replaced, never a second block
+    assert doc.read_text(encoding="utf-8") == first.replace("\none\n", "\ntwo\n")
+    doc.write_text("# Results\n", encoding="utf-8")
+    write_marked_block(doc, begin, end, "body", heading="## Section")  # heading added, block under it
+    assert doc.read_text(encoding="utf-8") == f"# Results\n\n## Section\n\n{begin}\nbody\n{end}\n"
+    doc.write_text("text\n\n\n", encoding="utf-8")
+    write_marked_block(doc, begin, end, "body", after="<!-- absent -->")  # neither: appended
+    assert doc.read_text(encoding="utf-8") == f"text\n\n{begin}\nbody\n{end}\n"

@@ -216,3 +216,28 @@ def _apply_umask(folder: Path) -> None:
             path = os.path.join(root, name)
             if not os.path.islink(path):
                 os.chmod(path, 0o666 & ~umask)
+
+
+def write_marked_block(path: str | os.PathLike, begin: str, end: str, body: str, *, after: str | None = None,
+                       heading: str | None = None) -> None:
+    """Put ``body`` between the lines ``begin`` and ``end`` of the text file ``path`` (a generated part of a
+    document), atomically. Where the markers are not there yet, the block goes after the marker ``after``
+    when present, else under the line ``heading`` (added at the end when missing), else at the end."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    block = f"{begin}\n{body}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    elif after is not None and after in text:
+        head, tail = text.split(after, 1)
+        text = head + after + "\n\n" + block + "\n" + tail
+    elif heading is not None:
+        if heading not in text:
+            text = text.rstrip("\n") + f"\n\n{heading}\n"
+        head, tail = text.split(heading, 1)
+        text = head + heading + "\n\n" + block + "\n" + tail.lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")

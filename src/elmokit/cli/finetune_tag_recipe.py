@@ -69,7 +69,6 @@ def finetune_settings(args: argparse.Namespace) -> dict:
 
 def run_tag_train(args: argparse.Namespace, task: str, train, dev, test) -> int:
     """``tag train --recipe finetune``: fine-tune, report dev (and test), save to ``--out``."""
-    from elmokit.tasks.tagger import main_metric
     from elmokit.transfer.finetune_tagger import finetune_tagger
 
     try:
@@ -82,6 +81,16 @@ def run_tag_train(args: argparse.Namespace, task: str, train, dev, test) -> int:
                       "train": args.train, "train_sentences": len(train)}, indent=2), file=sys.stderr)
     tagger = finetune_tagger(args.model, train, dev, task=task, scheme=args.scheme, **settings,
                              log=logging.getLogger("elmokit.tag").info)
+    save_and_report(tagger, args, task, test)
+    print(f"tagger written to {args.out}")
+    return 0
+
+
+def save_and_report(tagger, args: argparse.Namespace, task: str, test) -> None:
+    """Either recipe's trained tagger: its best dev epoch's scores (and the test set's) recorded with the
+    command, the folder saved to ``--out``, the scores printed."""
+    from elmokit.tasks.tagger import main_metric
+
     results = {"dev": tagger.history[tagger.best_epoch - 1]["dev"]}
     if test is not None:
         results["test"] = tagger.evaluate(test)
@@ -90,8 +99,6 @@ def run_tag_train(args: argparse.Namespace, task: str, train, dev, test) -> int:
     name = "span F1 (seqeval strict, IOB2)" if task == "ner" else "token accuracy"
     for split, result in results.items():
         print(f"{split}: {name} {100 * main_metric(result, task):.2f}")
-    print(f"tagger written to {args.out}")
-    return 0
 
 
 def run_eval(args: argparse.Namespace) -> list[dict]:

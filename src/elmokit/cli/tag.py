@@ -34,7 +34,7 @@ from elmokit.cli.common import (
     positive_int,
     run_reporting_errors,
 )
-from elmokit.cli.finetune_tag_recipe import add_recipe_arguments, run_tag_train
+from elmokit.cli.finetune_tag_recipe import add_recipe_arguments, run_tag_train, save_and_report
 
 
 def register(subparsers) -> None:
@@ -75,7 +75,7 @@ def _read(args, path):
 
 def _train(args: argparse.Namespace) -> int:
     from elmokit.tasks.data import TaggingDataError
-    from elmokit.tasks.tagger import TaggerConfig, main_metric, train_tagger
+    from elmokit.tasks.tagger import TaggerConfig, train_tagger
 
     apply_threads(args)
     task = args.task or ("pos" if args.format == "conllu" else "ner")
@@ -103,14 +103,7 @@ def _train(args: argparse.Namespace) -> int:
           file=sys.stderr)
     tagger = train_tagger(train, dev, config, representation=representation, options=tagger_train_options(args),
                           cache_dir=args.cache_dir)
-    results = {"dev": tagger.history[tagger.best_epoch - 1]["dev"]}
-    if test is not None:
-        results["test"] = tagger.evaluate(test)
-    tagger.results = {"command": ["elmokit"] + list(getattr(args, "argv", [])), **results}
-    tagger.save(args.out)
-    name = "span F1 (seqeval strict, IOB2)" if task == "ner" else "token accuracy"
-    for split, result in results.items():
-        print(f"{split}: {name} {100 * main_metric(result, task):.2f}")
+    save_and_report(tagger, args, task, test)
     if tagger.mixing_weights():
         print(f"layer weights: {json.dumps(tagger.mixing_weights())}")
     print(f"tagger written to {args.out}")

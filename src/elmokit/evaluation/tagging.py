@@ -141,6 +141,19 @@ def segmentation_score(tagger, corpus: TaggedCorpus, dictionary: frozenset[str] 
     return result
 
 
+def _known_dataset(name: str):
+    if name not in DATASETS:
+        raise ValueError(f"unknown tagging data set {name!r}; known: {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def _bounded_splits(corpora: dict, max_train: int | None, max_eval: int | None, max_dev: int | None):
+    """(train, dev, test) cut to the bounds: dev to the smaller of max_eval and max_dev, test to max_eval."""
+    dev_limit = min(n for n in (max_eval, max_dev, len(corpora["dev"])) if n is not None)
+    return (corpora["train"].subset(max_train), corpora["dev"].subset(dev_limit),
+            corpora["test"].subset(max_eval))
+
+
 def run_benchmark(
     dataset_names: Sequence[str],
     representation=None,
@@ -166,17 +179,12 @@ def run_benchmark(
     options = options or TrainOptions()
     results = []
     for name in dataset_names:
-        if name not in DATASETS:
-            raise ValueError(f"unknown tagging data set {name!r}; known: {', '.join(DATASETS)}")
-        dataset = DATASETS[name]
+        dataset = _known_dataset(name)
         corpora = load_dataset(dataset, data_dir)
         if corpora is None:
             log(f"{name}: not present, skipped")
             continue
-        train = corpora["train"].subset(max_train_sentences)
-        dev = corpora["dev"].subset(min(n for n in (max_eval_sentences, max_dev_sentences, len(corpora["dev"]))
-                                        if n is not None))
-        test = corpora["test"].subset(max_eval_sentences)
+        train, dev, test = _bounded_splits(corpora, max_train_sentences, max_eval_sentences, max_dev_sentences)
         cws = dataset.task == "cws"
         bmes = {}  # cws: the B/M/E/S corpora; the tagger sees them as words = BIO chunks of type W
         if cws:
@@ -260,19 +268,14 @@ def run_finetune_benchmark(
     log = log or logger.info
     results = []
     for name in dataset_names:
-        if name not in DATASETS:
-            raise ValueError(f"unknown tagging data set {name!r}; known: {', '.join(DATASETS)}")
-        dataset = DATASETS[name]
+        dataset = _known_dataset(name)
         if dataset.units != "words" or dataset.task == "cws":
             raise ValueError(f"{name}: the fine-tuning recipe tags words; {dataset.task} on {dataset.units} is not supported")
         corpora = load_dataset(dataset, data_dir)
         if corpora is None:
             log(f"{name}: not present, skipped")
             continue
-        train = corpora["train"].subset(max_train_sentences)
-        dev = corpora["dev"].subset(min(n for n in (max_eval_sentences, max_dev_sentences, len(corpora["dev"]))
-                                        if n is not None))
-        test = corpora["test"].subset(max_eval_sentences)
+        train, dev, test = _bounded_splits(corpora, max_train_sentences, max_eval_sentences, max_dev_sentences)
         log(f"{name}: fine-tuning {folder} on {len(train)} sentences ({train.num_tokens} tokens), "
             f"dev {len(dev)}, test {len(test)}")
         started = time.perf_counter()
