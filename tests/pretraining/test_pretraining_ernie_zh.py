@@ -108,7 +108,7 @@ def test_tagging_the_corpus_writes_the_cache_the_objective_reads(tmp_path):
                 out.append(tags)
             return out
 
-    path = tmp_path / "entities.jsonl"
+    path = tmp_path / "corpus" / "entities.jsonl"  # a folder not made yet: the cache makes it
     counts = tag_entity_cache(ByHand(), [" ".join(w) for w, _ in SENTENCES], path)
     assert counts == {"lines": 3, "lines_with_entities": 2, "entities": {"ORG": 1, "LOC": 1, "PER": 1}}
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]

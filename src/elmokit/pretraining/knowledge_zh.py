@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -53,6 +54,7 @@ def segment_corpus(source: str | os.PathLike, target: str | os.PathLike, *, segm
 
     check_segmenter(segmenter)
     count = 0
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp, open(source, encoding="utf-8") as f, open(tmp, "w", encoding="utf-8") as out:
         for count, line in enumerate(f, 1):
             out.write(" ".join(segment(segmenter, line.strip())) + "\n")
@@ -69,6 +71,7 @@ def tag_entity_cache(tagger, lines: Iterable[str], target: str | os.PathLike, *,
     from elmokit.pretraining.knowledge import bio_spans
 
     counts = {"lines": 0, "lines_with_entities": 0, "entities": {}}
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp, open(tmp, "w", encoding="utf-8") as out:
         batch: list[str] = []
 
