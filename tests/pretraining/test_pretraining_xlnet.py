@@ -12,7 +12,12 @@ need_transformers()
 import torch  # noqa: E402
 
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
-from elmokit.pretraining.permutation import PermutationLMObjective, compact_targets, contiguous_streams  # noqa: E402
+from elmokit.pretraining.permutation import (  # noqa: E402
+    PermutationLMObjective,
+    batchified_streams,
+    compact_targets,
+    contiguous_streams,
+)
 from elmokit.pretraining.tokenizers import wordpiece_from_vocab  # noqa: E402
 
 T = 12
@@ -170,7 +175,8 @@ def test_the_run_stream_reads_whole_shards_as_continuing_rows(tmp_path):
     """`elmokit pretrain --objective xlnet` used to train on each batch's first segment only (the rest of
     its documents dropped). The stream now deals a shard's documents onto `rows` streams and emits them
     segment by segment: each `rows` examples are one segment, row i continues row i, and everything but
-    each row's last partial segment is read. Oracle: `contiguous_streams` on the same shuffled documents."""
+    each row's last partial segment is read. Oracle: the shuffled documents joined by [SEP] and cut into
+    `rows` equal rows by numpy's reshape."""
     from pretraining_testkit import write_document_corpus
 
     from elmokit.pretraining.corpus import ExampleStream, encode_document, read_documents
@@ -189,13 +195,15 @@ def test_the_run_stream_reads_whole_shards_as_continuing_rows(tmp_path):
     documents = [encode_document(tokenizer, d) for d in read_documents(corpus)]
     order = np.random.default_rng([0, 0, 1]).permutation(len(documents))  # the shard's rng, as the stream draws it
     streams = [np.asarray([t for s in documents[i].ids for t in s]) for i in order]
-    expected = list(contiguous_streams(streams, rows, T, separator_id=tokenizer.sep_token_id))
+    joined = np.concatenate([np.concatenate([[tokenizer.sep_token_id], s]) if i else s for i, s in enumerate(streams)])
+    length = len(joined) // rows
+    table = joined[: rows * length].reshape(rows, length)
+    expected = [table[:, k * T:(k + 1) * T] for k in range(length // T)]
     got = [np.stack([e["input_ids"] for e in examples[k * rows:(k + 1) * rows]]) for k in range(len(expected))]
     assert len(got) * rows == len(examples)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
-    total = sum(len(s) for s in streams)
-    assert len(examples) * T > total - rows * (T + max(len(s) for s in streams))  # only each row's tail is left
+    assert len(joined) - len(examples) * T < rows * T + rows  # only each row's last partial segment is left
     objective = PermutationLMObjective(tokenizer, segment_length=T)
     batch = next(objective.batches(examples[rows:2 * rows], batch_size=rows, rng=np.random.default_rng(0)))
     assert int(batch["segment_index"]) == 1 and torch.equal(batch["input_ids"], torch.from_numpy(got[1]))
@@ -224,3 +232,18 @@ def test_pretrain_steps_through_the_segments(tmp_path):
     assert result.step == 3 and result.tokens == 3 * 2 * 16
     assert state["position"] == {**state["position"], "epoch": 0, "shard": 0, "offset": 6}  # 3 segments x 2 rows
     assert (result.model_dir / "config.json").exists()
+
+
+def test_batchified_streams_fill_every_row_from_fewer_documents_than_rows():
+    """Two long documents and 4 rows (the family study's shard of 2 books at batch 32): every row is a
+    contiguous quarter of the joined stream, read T at a time; `contiguous_streams` (whole documents
+    per row) would give no segment at all."""
+    documents = [np.arange(1, 41), np.arange(100, 130)]  # 40 + 30 tokens, separator 0 between them
+    segments = batchified_streams(documents, 4, 5, separator_id=0)
+    joined = list(range(1, 41)) + [0] + list(range(100, 130))  # 71 tokens -> 4 rows of 17 -> 3 segments of 5
+    assert len(segments) == 3
+    for k, segment in enumerate(segments):
+        assert segment.shape == (4, 5)
+        for i in range(4):
+            assert segment[i].tolist() == joined[i * 17 + k * 5: i * 17 + (k + 1) * 5]
+    assert list(contiguous_streams(documents, 4, 5, separator_id=0)) == []

@@ -192,18 +192,19 @@ def documents(documents: list[Document], **kwargs) -> list[dict]:
 
 def segment_rows(documents: list[Document], *, max_tokens: int, special: SpecialIds, rng: np.random.Generator,
                  source: str = "", rows: int = 1) -> list[dict]:
-    """XLNet: the shard's documents (shuffled whole) as ``rows`` parallel token streams cut into segments
-    of ``max_tokens`` (``permutation.contiguous_streams``, documents joined by [SEP] or the end token),
+    """XLNet: the shard's documents (shuffled whole, joined by [SEP] or the end token) as ``rows``
+    contiguous parts of one stream cut into segments of ``max_tokens`` (``permutation.batchified_streams``,
+    Transformer-XL's layout: a shard of fewer documents than rows still fills every row),
     emitted row by row, segment after segment: ``rows`` consecutive examples are one (B, T) segment and
     row i of the next segment continues row i. Each example: ``input_ids`` (T,), ``segment_index`` (0 at
     the shard's first segment: the memory starts afresh there). The stream keeps this order
     (``ORDERED_READERS``); the shard's tail shorter than a segment in some row is dropped."""
-    from elmokit.pretraining.permutation import contiguous_streams, document_streams
+    from elmokit.pretraining.permutation import batchified_streams, document_streams
 
     streams = document_streams([documents[i] for i in rng.permutation(len(documents))])
     separator = special.sep if special.sep is not None else special.eos
     return [{"input_ids": segment[i], "segment_index": k}
-            for k, segment in enumerate(contiguous_streams(streams, rows, max_tokens, separator_id=separator))
+            for k, segment in enumerate(batchified_streams(streams, rows, max_tokens, separator_id=separator))
             for i in range(rows)]
 
 

@@ -111,6 +111,28 @@ def contiguous_streams(examples: Iterable[Any], batch_size: int, segment_length:
                 del buffers[r][:segment_length]
 
 
+def batchified_streams(examples: Iterable[Any], batch_size: int, segment_length: int, *,
+                       separator_id: int | None = None) -> list[np.ndarray]:
+    """Transformer-XL's layout of a finite corpus: the examples (documents' ``input_ids``) joined into one
+    token stream, ``separator_id`` between documents, cut into ``batch_size`` contiguous rows of equal
+    length, and the rows read ``segment_length`` tokens at a time: (B, T) segments in order, row i of each
+    continuing row i of the one before. Unlike ``contiguous_streams`` it needs no more documents than
+    rows (a shard of two books fills 32 rows); a document may run from the end of one row into the next.
+    The stream's last ``len % batch_size`` tokens and each row's last partial segment are dropped."""
+    stream: list[int] = []
+    for example in examples:
+        ids = np.asarray(_field(example, "input_ids", example), dtype=np.int64).reshape(-1).tolist()
+        if not ids:
+            continue
+        if stream and separator_id is not None:
+            stream.append(int(separator_id))
+        stream += ids
+    row_length = len(stream) // batch_size
+    segments = row_length // segment_length
+    rows = np.asarray(stream[: row_length * batch_size], dtype=np.int64).reshape(batch_size, row_length)
+    return [rows[:, k * segment_length:(k + 1) * segment_length].copy() for k in range(segments)]
+
+
 def compact_targets(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """From per-position ``labels`` (B, T) (-100 where nothing is predicted) to XLNet's
     ``target_mapping`` (B, P, T) one-hot rows and ``target_labels`` (B, P), targets in position order;
