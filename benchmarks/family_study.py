@@ -274,10 +274,20 @@ def measure(model: str, args, done: dict | None = None) -> dict:
     return out
 
 
+def same_run(record: dict, run: Path) -> bool:
+    """Whether ``record`` was measured on the model now in ``run`` (the same loss curve, step by step)."""
+    if "pretraining" not in record or not (run / "training.json").exists():
+        return False
+    current = json.loads(json.dumps(read_run(run)["loss_curve"]))
+    return record["pretraining"].get("loss_curve") == current
+
+
 def measure_all(args, models: list[tuple[str, str]], results: Path, runs: Path) -> None:
     for name, model in models:
         target = results / f"{name}.json"
         previous = json.loads(target.read_text()) if target.exists() else {}
+        if name != "elmo" and previous and not same_run(previous, runs / name):
+            previous = {}  # measured on an earlier run of this objective: nothing of it describes this model
         done = {k: previous[k] for k in MEASUREMENTS if k in previous} if args.reuse else {}
         if args.reuse and len(done) == len(MEASUREMENTS):
             log(f"{name}: reusing {target}")
