@@ -503,7 +503,7 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
                      f"{' / '.join(f'{v:.1f}' for v in wsd) or '—'} | {argmax(wsd) if wsd else '—'} | "
                      f"{fmt(mean_similarity(r), 3)} |")
     lines += task_probe_table(records)
-    lines += seed_table(seeds)
+    lines += seed_table(seeds, getattr(args, "replicate_commands", []))
     wsd_first = next((r["wsd"]["wordnet_first_sense"]["f1"] for r in records if "wsd" in r), None)
     lines += ["", f"WordNet first sense on the same ALL: {fmt(wsd_first)} F1. FLOPs (est.) = the first step's "
               "forward + backward FLOPs per token (`torch.utils.flop_counter`, optimiser not counted) x tokens seen. "
@@ -547,7 +547,13 @@ def task_probe_table(records: list[dict]) -> list[str]:
     return out
 
 
-def seed_table(seeds: dict[str, list[dict]]) -> list[str]:
+def run_seed(record: dict) -> str:
+    """The --seed of a record's pretraining command ("?" without one)."""
+    words = record.get("pretraining", {}).get("command", "").split()
+    return words[words.index("--seed") + 1] if "--seed" in words[:-1] else "?"
+
+
+def seed_table(seeds: dict[str, list[dict]], commands: list[str] = ()) -> list[str]:
     """Best layer per seed of every model that has more than one seed: POS, WSD, NER and SST-2 probes."""
     repeated = {k: v for k, v in seeds.items() if len(v) > 1}
     if not repeated:
@@ -558,10 +564,10 @@ def seed_table(seeds: dict[str, list[dict]]) -> list[str]:
     spreads = [max(v) - min(v) for k in repeated for v in [best_per_seed(seeds, k)] if len(v) > 1]
     out = ["", "Seeds: the best layer of each model in every seed run (pretraining, tokenizer and probes all "
            "re-run with the seed; replicate JSONs under `docs/results/family/seed*/`), as seed "
-           + " / ".join(str(r["pretraining"]["seed"]) if "pretraining" in r and "seed" in r["pretraining"] else "?"
-                        for r in next(iter(repeated.values())))
+           + " / ".join(run_seed(r) for r in next(iter(repeated.values())))
            + f". The spread of the best-layer POS probe between seeds: median {sorted(spreads)[len(spreads) // 2]:.1f}, "
-           f"largest {max(spreads):.1f} points.", "",
+           f"largest {max(spreads):.1f} points."
+           + "".join(f" Replicate: `{c}`." for c in commands), "",
            "| model | " + " | ".join(f"{label} best layer, per seed" for label, _ in metrics) + " |",
            "|---|" + "---|" * len(metrics)]
     for name in repeated:
@@ -580,9 +586,12 @@ def claims(seeds: dict[str, list[dict]], noise: float, test_tokens: int) -> list
     se = 100 * (0.2 * 0.8 / test_tokens) ** 0.5
     records = {k: v[0] for k, v in seeds.items()}
     repeated = sorted(k for k, v in seeds.items() if len(v) > 1)
-    seeds_said = (f"Seeds: {len(next(iter(seeds[k] for k in repeated)))} for {', '.join(repeated)}, one for the "
-                  "rest; a margin is the mean over the seeds a pair shares (each seed's in brackets), and a claim "
-                  "whose seeds disagree in sign is within noise whatever its mean."
+    single = sorted(k for k, v in seeds.items() if len(v) == 1 and k != "elmo")
+    seeds_said = (f"Seeds: {len(next(iter(seeds[k] for k in repeated)))} for "
+                  + ("every transformer and the control" if not single else f"{', '.join(repeated)}; one for "
+                     f"{', '.join(single)}")
+                  + " (ELMo is one fixed model); a margin is the mean over the seeds a pair shares (each seed's in "
+                  "brackets), and a claim whose seeds disagree in sign is within noise whatever its mean."
                   if repeated else "One seed per objective.")
     out = ["### The published claims at this scale", "",
            f"{seeds_said} Noise floor used below: ±{noise:.1f} points (the binomial standard error of an "
@@ -609,7 +618,8 @@ def claims(seeds: dict[str, list[dict]], noise: float, test_tokens: int) -> list
         mid = [k for k in peaks if 0 < peaks[k] < depth[k]]
         top = [k for k in peaks if peaks[k] == depth[k]]
         low = [k for k in peaks if peaks[k] == 0]
-        out.append(f"- **Liu et al. 2019, transformers peak mid-stack.** POS probe peak: middle layer for "
+        seed0 = run_seed(control or next(iter(transformers.values())))
+        out.append(f"- **Liu et al. 2019, transformers peak mid-stack.** POS probe peak (seed {seed0}): middle layer for "
                    f"{', '.join(mid) or 'none'}; top layer for {', '.join(top) or 'none'}; the embedding layer for "
                    f"{', '.join(low) or 'none'}. With 2 blocks the only middle layer is layer 1 of 2, so 'mid-stack' "
                    "here means 'not the top'; the published pattern is for 12-24 layers, untestable at this depth.")
@@ -718,6 +728,8 @@ def main(argv=None) -> int:
     parser.add_argument("--results-md", default=str(REPO / "docs" / "results.md"))
     parser.add_argument("--reuse", action="store_true", help="keep finished runs and measurements")
     parser.add_argument("--report-only", action="store_true", help="only redraw the figure and the section")
+    parser.add_argument("--no-section", action="store_true",
+                        help="do not write docs/results.md (a replicate seed: its JSON files feed the main report)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny end-to-end check: the control, gpt2 and bert, preset tiny, 3 CPU-s each, small probe subsets, "
                         "written under a temporary folder (docs untouched)")
@@ -726,6 +738,8 @@ def main(argv=None) -> int:
     # the command that regenerates the study from nothing (--reuse / --report-only only skip work)
     args.command_text = shlex.join(["python", "benchmarks/family_study.py",
                                     *(a for a in given if a not in ("--reuse", "--report-only"))])
+    args.replicate_commands = [json.loads(p.read_text())["command"]
+                               for p in sorted(Path(args.out_dir).glob("seed*/study.json"))]
     if args.smoke:
         smoke = Path(tempfile.mkdtemp(prefix="family_smoke_"))
         args.objectives = args.objectives or f"{CONTROL},gpt2,bert"
@@ -763,7 +777,8 @@ def main(argv=None) -> int:
     drawn = draw(records, figure)
     section = build_section(records, args, corpus, figure if drawn else None, args.noise,
                             load_replicates(results, names))
-    write_section(section, Path(args.results_md))
+    if not args.no_section:
+        write_section(section, Path(args.results_md))
     summary = {"date": max(r.get("date", "") for r in records), "machine": MACHINE, "command": args.command_text,
                "corpus": corpus, "models": [r["name"] for r in records]}
     (results / "study.json").write_text(json.dumps(summary, indent=1) + "\n")

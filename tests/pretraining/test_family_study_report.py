@@ -1,0 +1,60 @@
+"""benchmarks/family_study.py's report logic on hand-made records: margins per seed, the verdict (within
+noise when the seeds disagree in sign), replicate folders, and the reuse guard (a measurement is kept only
+for the run it was made on)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "family_study.py"
+
+
+@pytest.fixture(scope="module")
+def study():
+    spec = importlib.util.spec_from_file_location("family_study_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(name: str, pos: list[float], seed: int = 0, curve=((1, 100, 9.0),)) -> dict:
+    return {"name": name, "probe": {"layers": [{"test_accuracy": v} for v in pos]},
+            "pretraining": {"command": f"elmokit pretrain --objective {name} --seed {seed}",
+                            "loss_curve": [list(c) for c in curve]}}
+
+
+def test_margins_are_per_seed_and_the_verdict_needs_every_seed_to_agree(study):
+    seeds = {"a": [record("a", [60.0, 66.0]), record("a", [61.0, 62.5], 1)],
+             "b": [record("b", [64.0, 63.0]), record("b", [63.0, 60.0], 1)]}
+    assert study.best_per_seed(seeds, "a") == [66.0, 62.5]
+    assert study.seed_margins(seeds, "a", "b") == [2.0, -0.5]
+    assert study.margin_text([2.0, -0.5]) == "+0.8 (seeds +2.0, -0.5)"
+    assert study.verdict([2.0, -0.5], 1.0) == "within noise (the seeds disagree)"
+    assert study.verdict([2.0, 1.5], 1.0) == "holds"
+    assert study.verdict([-2.0, -1.5], 1.0) == "reversed"
+    assert study.verdict([0.4, 0.2], 1.0) == "within noise"
+    assert study.verdict(-1.2, 1.0) == "reversed"  # one seed: a plain number
+    assert study.run_seed(seeds["a"][1]) == "1"
+
+
+def test_replicates_are_read_from_the_seed_folders(study, tmp_path):
+    (tmp_path / "seed1").mkdir()
+    (tmp_path / "seed1" / "a.json").write_text(json.dumps(record("a", [1.0], 1)))
+    (tmp_path / "seed1" / "study.json").write_text("{}")
+    (tmp_path / "a.json").write_text(json.dumps(record("a", [2.0])))
+    replicates = study.load_replicates(tmp_path, ["a", "b"])
+    assert list(replicates) == ["a"] and study.run_seed(replicates["a"][0]) == "1"
+
+
+def test_a_measurement_is_kept_only_for_the_run_it_was_made_on(study, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "training.json").write_text("{}")
+    monkeypatch.setattr(study, "read_run", lambda _: {"loss_curve": [(1, 100, 9.0), (2, 200, 8.5)]})
+    assert study.same_run(record("a", [1.0], curve=[(1, 100, 9.0), (2, 200, 8.5)]), run)
+    assert not study.same_run(record("a", [1.0], curve=[(1, 100, 9.0), (2, 200, 8.4)]), run)
+    assert not study.same_run({"name": "a"}, run)
