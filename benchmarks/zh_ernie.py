@@ -252,6 +252,13 @@ def recorded_summaries(task_runs: list[dict]) -> dict[str, dict]:
     return summaries
 
 
+def baseline_seed_spread(baseline_dir: Path, name: str) -> float | None:
+    """|seed 0 - seed 1| of the no-representation tagger's test score on ``name``, in points (None: fewer seeds)."""
+    scores = [json.loads(p.read_text(encoding="utf-8"))["result"]["test_score"]
+              for p in sorted(baseline_dir.glob(f"{name}__none__seed*.json"))]
+    return 100 * (max(scores) - min(scores)) if len(scores) > 1 else None
+
+
 def _cell(rows: list[dict], key: str) -> str:
     return f"{100 * rows[0]['result'][key]:.2f}" if rows else "not run"
 
@@ -301,6 +308,12 @@ def table() -> str:
                           "checkpoint when the time of this session was short, and resumed with the final `--max-seconds`: "
                           "a resumed run continues exactly (docs/pretraining.md), so it is the run a single command with "
                           "that budget gives."]
+        days = sorted({r["date"] for r in runs if r["system"] in summaries})
+        if len(days) > 1:
+            lines += ["", f"The runs and their rows were made on different days ({', '.join(days)}), on two 2-core VMs of "
+                      "the same kind but not the same CPU; the budget is CPU-seconds, so the steps each reached ("
+                      + ", ".join(f"{n} {s['budget']['step']:,}" for n, s in summaries.items())
+                      + "), not the wall time, are what compare."]
         lines += ["", f"Tokenizer identical in both runs: {'yes' if len(shas) == 1 else 'NO'} ({vocab:,} entries)."
                   " Masking is inside the budget (the CPU-seconds count building each masked batch), so the "
                   "phrase and entity look-ups cost ERNIE some steps. The MLM losses are not comparable across rows: "
@@ -316,6 +329,7 @@ def table() -> str:
         "|---|---|---|---|---|---|",
     ]
     commands = set()
+    verdicts = []
     for name in TASKS:
         base_path = baseline_dir / f"{name}__none__seed0.json"
         base = [json.loads(base_path.read_text(encoding="utf-8"))] if base_path.exists() else []
@@ -326,11 +340,18 @@ def table() -> str:
                      "none in our sources |")
         for g in a + b:
             commands.add((g["command"], g["date"], g["machine"]))
+        spread = baseline_seed_spread(baseline_dir, name)
+        if a and b and spread is not None:
+            gain = 100 * (b[0]["result"]["test_score"] - a[0]["result"]["test_score"])
+            verdicts.append(f"{name} {gain:+.2f} against a seed-to-seed spread of {spread:.2f} test F1 (the no-representation "
+                            f"tagger's two seeds){': within it' if abs(gain) <= spread else ': larger'}")
     cover = span_coverage()
     cpu_s = " / ".join(f"{s['budget']['cpu_s']:.0f}" for s in summaries.values()) or "?"
     tokens = " / ".join(f"{s['budget']['tokens'] / 1e6:.1f}M" for s in summaries.values()) or "?"
     dev_f1 = 100 * ner["dev"]["f1"]
     lines += [
+        *(["", "Knowledge minus character masking, test: " + "; ".join(verdicts) + ". One pretraining seed and one "
+           "task seed per row, so a difference inside the spread says nothing either way."] if verdicts else []),
         "", f"Published: {PUBLISHED}.", "",
         f"What the stages could mask (segments of the corpus's first {cover['lines']:,} lines, {cover['tokens']:,} "
         f"characters): jieba words of 2+ characters cover {100 * cover['phrase_tokens'] / cover['tokens']:.1f}% of "
