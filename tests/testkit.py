@@ -111,3 +111,15 @@ def write_lines(path, lines):
     """Write one line per item (UTF-8, newline-terminated); returns the path."""
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def load_benchmark(name: str, module_name: str | None = None):
+    """The module of ``benchmarks/<name>.py``, executed once under ``module_name`` (benchmarks are scripts,
+    not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(module_name or f"benchmark_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

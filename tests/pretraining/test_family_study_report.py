@@ -4,21 +4,15 @@ for the run it was made on)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "family_study.py"
+from testkit import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("family_study_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("family_study", "family_study_report")
 
 
 def record(name: str, pos: list[float], seed: int = 0, curve=((1, 100, 9.0),)) -> dict:

@@ -3,13 +3,10 @@ numpy re-statement of the argmax over softmaxes, and the SST-2 split's sizes (SO
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from testkit import need_shared
+from testkit import load_benchmark, need_shared
 
 from elmokit.bilm import PRESETS
 from elmokit.text.chars import batch_to_ids
@@ -17,7 +14,6 @@ from elmokit.training.lm import LanguageModel, init_like_bilm_tf
 from elmokit.training.vocab import Vocabulary
 from elmokit.transfer.ulmfit import DirectionalClassifier, ULMFiTClassifier, ULMFiTConfig
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "ulmfit_trec.py"
 CONFIG = PRESETS["tiny"].replace(lstm_dim=7, projection_dim=5, filters=((1, 3), (2, 4)), n_layers=2)
 VOCAB = Vocabulary(("<S>", "</S>", "<UNK>", "the", "film", "was", "great", "awful", "a", "plot"))
 SENTENCES = [["the", "film", "was", "great"], ["awful"], ["a", "plot"], ["great", "film"], ["the", "plot", "was"],
@@ -27,10 +23,7 @@ LABELS = ["neg", "pos", "q"]
 
 @pytest.fixture(scope="module")
 def benchmark():
-    spec = importlib.util.spec_from_file_location("ulmfit_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ulmfit_trec", "ulmfit_benchmark")
 
 
 def test_per_direction_and_averaged_errors_match_numpy(benchmark):

@@ -3,20 +3,15 @@ replaces only its own markers, and a results file without the segmenters' part i
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "zh_results.py"
+from testkit import load_benchmark
 
 
 @pytest.fixture()
 def script(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("zh_results", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("zh_results", "zh_results")
     model = {"command": "elmokit train --out runs/zh_model", "date": "2026-11-25", "tokenizer": {"kind": "jieba"},
              "vocabulary_size": 1234, "lstm_dim": 64, "projection_dim": 16, "steps": 30, "tokens": 4567,
              "train_seconds": 90.0, "threads": 1,
