@@ -166,7 +166,8 @@ class Timed:
                                 seed=args.seed, max_steps=1_000_000, warmup_steps=10, log_every=1_000_000)
         self.run = _PretrainRun(run_dir, [str(corpus / "part.*.txt")], config, False, "benchmarks/pretrain_speed.py",
                                 torch.device("cpu"), False, DistributedContext())
-        self.run.need_flops = False  # the FLOP count of the first step is not a training step
+        # the first step (a warm-up round's) also counts one forward + backward's FLOPs (torch.utils.flop_counter)
+        self.run.need_flops = True
         if variant.stock_head:
             self.run.objective.loss = stock_bert_loss
         if variant.segment_to_max_tokens:
@@ -237,6 +238,11 @@ def measure_preset(preset: str, names: list[str], corpus: Path, tokenizers: dict
     results = {t.variant.name: {**summarise(t.rounds), "parameters": t.parameters,
                                 "model": type(t.run.model).__name__, "rounds_raw": t.rounds,
                                 "segment_tokens": getattr(t.run.objective, "segment_length", None)} for t in timed}
+    for t in timed:  # model FLOP/s: the first batch's FLOPs per token x tokens per batch, over the wall time of a step
+        r, flops = results[t.variant.name], t.run.record.get("flops")
+        if flops:
+            r["flops_per_step"] = flops["per_token"] * r["tokens_per_batch"]
+            r["model_gflop_per_wall_s"] = flops["per_token"] * r["tokens_per_wall_s"] / 1e9
     if "bert" in results and "bert-stock" in results:
         fast = {t.variant.name: t for t in timed}
         paired = [s["cpu_s"] / m["cpu_s"] for s, m in zip(fast["bert-stock"].rounds, fast["bert"].rounds)]
@@ -252,14 +258,16 @@ def markdown(report: dict) -> str:
         variants = measured["variants"]
         lines += [f"Preset `{preset}` (other processes kept {measured['other_processes_cpus']:.2f} of the 2 CPUs busy):", "",
                   "| variant | model | parameters | input tokens / batch | predicted / batch | step (CPU-s, median; min-max) "
-                  "| input tokens / CPU-s | predicted tokens / CPU-s |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "| input tokens / CPU-s | predicted tokens / CPU-s | input tokens / wall s | share of the mm rate |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, r in variants.items():
             if name.startswith("_"):
                 continue
             lines.append(f"| {name} | {r['model']} | {r['parameters']:,} | {r['tokens_per_batch']:,.0f} | "
                          f"{r['targets_per_batch']:,.0f} | {r['step_cpu_s']:.3f} ({r['step_cpu_s_min']:.3f}-"
-                         f"{r['step_cpu_s_max']:.3f}) | {r['tokens_per_cpu_s']:,.0f} | {r['targets_per_cpu_s']:,.0f} |")
+                         f"{r['step_cpu_s_max']:.3f}) | {r['tokens_per_cpu_s']:,.0f} | {r['targets_per_cpu_s']:,.0f} | "
+                         f"{r['tokens_per_wall_s']:,.0f} | "
+                         + (f"{100 * r['fraction_of_matmul_rate']:.0f}% |" if "fraction_of_matmul_rate" in r else "— |"))
         slow = variants.get("_stock_head_slowdown")
         if slow:
             lines += ["", f"Stock head / masked-only head, BERT `{preset}`: {slow['ratio_of_median_step_times']:.2f}x "
@@ -318,8 +326,17 @@ def main(argv=None) -> None:
         kinds = {OBJECTIVES[VARIANTS[n].objective].tokenizer for n in names}
         tokenizers = train_tokenizers(kinds, work / "corpus", work / "tokenizers", args.vocab_size, args.max_tokens)
         presets = {}
+        from bench_training import matmul_gflops
+
+        gemm_before = matmul_gflops(args.threads)
         for preset in args.presets.split(","):
             presets[preset] = measure_preset(preset, names, work / "corpus", tokenizers, args, work)
+        gemm_after = matmul_gflops(args.threads)
+        gemm = (gemm_before + gemm_after) / 2
+        for measured in presets.values():
+            for r in measured["variants"].values():
+                if "model_gflop_per_wall_s" in r:
+                    r["fraction_of_matmul_rate"] = r["model_gflop_per_wall_s"] / gemm
         import transformers
 
         given = list(argv if argv is not None else sys.argv[1:])
@@ -332,7 +349,8 @@ def main(argv=None) -> None:
             "transformers": transformers.__version__, "corpus": corpus,
             "batch": {"examples": args.batch_size, "max_tokens": args.max_tokens},
             "rounds": {"warmup": args.warmup, "counted": args.repeats, "steps_each": args.steps},
-            "clock": "time.process_time of the training steps (the run's cpu_s), one torch thread",
+            "clock": "time.process_time of the training steps (the run's cpu_s, all threads summed) and their wall time",
+            "matmul_gflop_per_s": gemm, "matmul_gflop_per_s_before_after": [gemm_before, gemm_after],
             "presets": presets, "total_wall_s": time.perf_counter() - started,
             "process_cpu_s": sum(getattr(resource.getrusage(resource.RUSAGE_SELF), f) for f in ("ru_utime", "ru_stime")),
         }
