@@ -508,8 +508,9 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
     lines += ["", f"WordNet first sense on the same ALL: {fmt(wsd_first)} F1. FLOPs (est.) = the first step's "
               "forward + backward FLOPs per token (`torch.utils.flop_counter`, optimiser not counted) x tokens seen. "
               "Tokens seen are subword tokens fed (masked-LM objectives predict ~15% of them, causal LMs all). "
-              "Checkpoints at 1M/3M/10M tokens (the issue's data curve) are out of reach at this budget: the runs "
-              "stop at the token counts above.", ""]
+              "The runs stop at the token counts above; the data curve (three of them continued to 250 and 750 "
+              "CPU-seconds, about 3M and 10M tokens for the masked LMs) is the next part, from "
+              "`benchmarks/family_data_curve.py`.", ""]
     if figure is not None:
         lines += [f"![per-layer probe curves]({os.path.relpath(figure, REPO / 'docs')})", ""]
     lines += claims(seeds, noise, probe0["tokens"]["test"])
