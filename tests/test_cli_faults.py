@@ -150,6 +150,7 @@ def test_output_that_is_the_input_is_refused_before_anything_is_loaded(tmp_path,
 # ---- 3. SIGTERM and killed runs ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # a fresh process loads torch and the model: ~5 s
 def test_sigterm_during_embed_removes_the_temporary_and_keeps_the_output(tmp_path, model_dir):
     source = write_lines(tmp_path / "s.txt", [" ".join(["the", "cat", "sat", "on", "a", "mat"] * 2)] * 3000)
     output = tmp_path / "out.h5"

@@ -126,6 +126,7 @@ def test_elmokit_serve_process_every_route_then_sigterm_mid_load(model_dir, orac
         server.stop()
 
 
+@pytest.mark.slow  # a fresh server process: ~4 s
 def test_elmokit_serve_process_answers_and_stops_on_sigterm(model_dir):
     """The quick one of the default suite: start, one request, SIGTERM, exit 0."""
     server = ServeProcess("--model", str(model_dir), "--log-level", "warning")
