@@ -194,7 +194,7 @@ def step_tasks(args) -> None:
                   f"{100 * row['test_score']:.2f} ({payload['wall_seconds']}s)", flush=True)
 
 
-# What ERNIE reports for knowledge masking, as far as our sources (/work/shared/seeds) state it.
+# What ERNIE reports for knowledge masking, as far as our sources (../shared/seeds) state it.
 PUBLISHED = ("the seed notes (001, \"ERNIE 1.0\") describe the three stages (basic: one Chinese character; phrase; "
              "entity: persons, organisations, products) and show ERNIE's comparison of masking strategies only as a "
              "figure, with no number in their text; so no published gain is quoted here")
