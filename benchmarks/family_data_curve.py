@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -55,16 +56,24 @@ def continue_run(run: Path, seconds: float) -> None:
     subprocess.run(command, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
 
 
+@functools.lru_cache(maxsize=1)
+def probe_splits(max_sentences: int) -> dict:
+    """UD EWT's bounded splits, read once for all the points of a process."""
+    from elmokit.evaluation.probe import ud_ewt_splits
+
+    return ud_ewt_splits(max_sentences=max_sentences)
+
+
 def measure_point(objective: str, run: Path, seconds: float, args) -> dict:
     import torch
     from family_study import PROBE_WEIGHT_DECAYS, load_rep, read_run
 
-    from elmokit.evaluation.probe import probe_layers, ud_ewt_splits
+    from elmokit.evaluation.probe import probe_layers
 
     torch.set_num_threads(1)
     pretraining = read_run(run)
     pretraining.pop("loss_curve")
-    splits = ud_ewt_splits(max_sentences=args.probe_sentences)
+    splits = probe_splits(args.probe_sentences)
     started = time.process_time()
     probe = probe_layers(load_rep(str(run / "model")), splits["train"], splits["dev"], splits["test"],
                          weight_decays=PROBE_WEIGHT_DECAYS, max_iter=args.probe_iter)

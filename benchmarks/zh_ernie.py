@@ -156,7 +156,8 @@ def _pretrain_summary(name: str) -> dict:
     per = p["ernie_stage_batches"] or 1000
     schedule = ErnieSchedule(per, per, order)
     for k in range(record["budget"]["step"]):
-        stages[schedule.stage(k)] = stages.get(schedule.stage(k), 0) + 1
+        stage = schedule.stage(k)
+        stages[stage] = stages.get(stage, 0) + 1
     return {"run": name, "stages": p["ernie_stages"], "stage_batches": {s: stages[s] for s in STAGES if s in stages},
             "budget": record["budget"], "tokenizer_sha256": record["tokenizer"]["sha256"],
             "vocab_size": record["tokenizer"]["vocab_size"], "parameters": record["model"]["parameters"],

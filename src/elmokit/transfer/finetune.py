@@ -149,6 +149,24 @@ def warmup_then_linear_decay(step: int, total: int, warmup: float) -> float:
     return max(0.0, (total - step) / max(1, total - warm))
 
 
+def save_finetuned_folder(directory: str | os.PathLike, model: nn.Module, tokenizer, record: dict, config_file: str,
+                          *, metadata: dict | None = None) -> Path:
+    """A fine-tuned folder, atomically: ``model/`` (``model.base`` and the tokenizer, save_pretrained),
+    ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``."""
+    from safetensors.torch import save_file
+
+    from elmokit.io import atomic_directory
+
+    directory = Path(directory)
+    with atomic_directory(directory) as staging:
+        model.base.save_pretrained(str(staging / BASE_DIR))
+        tokenizer.save_pretrained(str(staging / BASE_DIR))
+        head = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not k.startswith("base.")}
+        save_file(head, str(staging / HEAD_FILE), metadata=metadata)
+        (staging / config_file).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return directory
+
+
 def adamw_with_warmup(model: nn.Module, options: FineTuneOptions, total_steps: int):
     """(optimizer, scheduler) of BERT's §A.3 and GPT's §4.1 for every parameter of ``model``: AdamW with
     ``options.weight_decay``, none on biases and LayerNorm weights; the rate ``options.learning_rate``
@@ -199,20 +217,9 @@ class FineTuned:
     def save(self, directory: str | os.PathLike) -> Path:
         """``model/`` (save_pretrained of the transformer and tokenizer), ``head.safetensors``,
         ``finetune.json`` (labels, options, source, history); written to a staging folder and renamed."""
-        from safetensors.torch import save_file
-
-        from elmokit.io import atomic_directory
-
-        directory = Path(directory)
-        with atomic_directory(directory) as staging:
-            self.model.base.save_pretrained(str(staging / BASE_DIR))
-            self.tokenizer.save_pretrained(str(staging / BASE_DIR))
-            head = {k: v.contiguous() for k, v in self.model.state_dict().items() if not k.startswith("base.")}
-            save_file(head, str(staging / HEAD_FILE))
-            record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "labels": self.labels,
-                      "options": dataclasses.asdict(self.options), "source": self.source, "history": self.history}
-            (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        return directory
+        record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "labels": self.labels,
+                  "options": dataclasses.asdict(self.options), "source": self.source, "history": self.history}
+        return save_finetuned_folder(directory, self.model, self.tokenizer, record, CONFIG_FILE)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTuned:

@@ -62,6 +62,7 @@ from elmokit.transfer.finetune import (
     _max_positions,
     adamw_with_warmup,
     load_base,
+    save_finetuned_folder,
 )
 
 FORMAT_VERSION = 1
@@ -225,23 +226,12 @@ class FineTunedTagger:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """``model/``, ``head.safetensors``, ``finetune_tagger.json`` (module docstring), atomically."""
-        from safetensors.torch import save_file
-
-        from elmokit.io import atomic_directory
-
-        directory = Path(directory)
-        with atomic_directory(directory) as staging:
-            self.model.base.save_pretrained(str(staging / BASE_DIR))
-            self.tokenizer.save_pretrained(str(staging / BASE_DIR))
-            head = {k: v.detach().contiguous() for k, v in self.model.state_dict().items() if not k.startswith("base.")}
-            save_file(head, str(staging / HEAD_FILE), metadata={"format": "elmokit-finetuned-tagger"})
-            record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "task": self.task, "scheme": self.scheme,
-                      "output": self.output, "labels": self.labels, "options": dataclasses.asdict(self.options),
-                      "source": self.source, "best_epoch": self.best_epoch, "results": self.results,
-                      "history": self.history}
-            text = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
-            (staging / TAGGER_CONFIG_FILE).write_text(text, encoding="utf-8")
-        return directory
+        record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "task": self.task, "scheme": self.scheme,
+                  "output": self.output, "labels": self.labels, "options": dataclasses.asdict(self.options),
+                  "source": self.source, "best_epoch": self.best_epoch, "results": self.results,
+                  "history": self.history}
+        return save_finetuned_folder(directory, self.model, self.tokenizer, record, TAGGER_CONFIG_FILE,
+                                     metadata={"format": "elmokit-finetuned-tagger"})
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTunedTagger:
