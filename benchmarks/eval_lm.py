@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
 
+from elmokit.io import atomic_path  # noqa: E402
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -95,8 +97,9 @@ CARD_BEGIN, CARD_END = "<!-- perplexity:begin (benchmarks/eval_lm.py --update-ca
 def update_card(model_dir: Path, results: list[dict], command: str) -> None:
     card = model_dir / "README.md"
     text = card.read_text(encoding="utf-8") if card.exists() else ""
-    if CARD_BEGIN in text:
-        text = text[: text.index(CARD_BEGIN)].rstrip("\n") + text[text.index(CARD_END) + len(CARD_END) :]
+    before, after = text, ""
+    if CARD_BEGIN in text:  # the table replaces the old one where it stands
+        before, after = text[: text.index(CARD_BEGIN)], text[text.index(CARD_END) + len(CARD_END) :]
     rows = []
     for r in results:
         name = r["set"] if r["lines_limit"] is None else f"{r['set']} (first {r['lines_limit']:,} lines)"
@@ -110,7 +113,8 @@ def update_card(model_dir: Path, results: list[dict], command: str) -> None:
         "| text | tokens | OOV | forward | backward | average |", "|---|---:|---:|---:|---:|---:|", *rows, "",
         f"Measured {time.strftime('%Y-%m-%d')} with `{command}`.", "", CARD_END,
     ])
-    card.write_text(text.rstrip("\n") + "\n\n" + table + "\n", encoding="utf-8")
+    with atomic_path(card) as tmp:
+        Path(tmp).write_text(before.rstrip("\n") + "\n\n" + table + "\n" + after, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -83,6 +83,10 @@ def register(subparsers) -> None:
                         help="override a model or training config field, e.g. --set lstm_dim=512 (JSON values); repeatable")
     parser.add_argument("--out", required=True, help="run folder (created; must be new unless --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
+    parser.add_argument("--init-from", default=None, metavar="MODEL",
+                        help="start from the weights of a model folder written by `elmokit train` (or 'default'), "
+                        "like bilm-tf's restart.py; its architecture, vocabulary and tokenizer are taken unless "
+                        "given, and the optimizer starts fresh (default: random weights)")
     for field_name, (flag, kind, text) in TRAINING_FLAGS.items():
         parser.add_argument(flag, dest=field_name, type=kind, default=None, help=f"{text} (default: {_default_text(field_name)})")
     parser.add_argument("--valid", dest="valid_corpus", action="append", default=None,
@@ -117,7 +121,7 @@ def resolve(args: argparse.Namespace):
     training["bf16"], training["valid_corpus"] = args.bf16, args.valid_corpus
     return resolve_run_config(args.out, resume=args.resume, preset=args.preset, config=args.config, sets=parse_sets(args.set),
                               training=training, tokenizer=tokenizer_changes_from_args(args), corpus=args.corpus,
-                              vocab=args.vocab)
+                              vocab=args.vocab, init_from=args.init_from)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -61,6 +61,9 @@ class TrainingConfig:
     keep_checkpoints: int = 2
     log_every: int = 10
     skip_nonfinite_steps: int = 0  # skip up to this many steps whose loss or gradient is NaN/inf; then stop
+    # start from a trained model folder's weights (biLM + softmax) instead of random ones: bilm-tf's
+    # bin/restart.py. The optimizer starts fresh (a model folder keeps no Adagrad accumulators).
+    init_from: str | None = None
     bf16: bool = False  # autocast the forward pass to bfloat16 (GPU; CPU works but is optional)
     # held-out perplexity (full softmax) every valid_every steps, on the first valid_sentences
     valid_corpus: list[str] | None = None

@@ -126,6 +126,7 @@ def resolve_run_config(
     tokenizer: dict | None = None,
     corpus: str | list[str] | None = None,
     vocab: str | os.PathLike | None = None,
+    init_from: str | os.PathLike | None = None,
 ) -> RunConfig:
     """The settings of a run in ``run_dir``, in this order of precedence (later wins):
 
@@ -138,10 +139,16 @@ def resolve_run_config(
        ``{"lowercase": True}``) over the saved (or default whitespace) one.
 
     ``corpus`` and ``vocab`` default, on resume, to the run's corpus patterns and its vocab.txt.
+    ``init_from`` (a model folder written by ``elmokit train``, or a shipped name such as ``default``)
+    starts a new run from that model's weights; the architecture, the vocabulary and the tokenizer
+    then default to the model's own, and must equal them when given.
     Raises ConfigError (a bad setting) or trainer.RunError (``resume`` of a missing folder).
     """
     run_dir = Path(run_dir)
     saved = _saved_run(run_dir, resume)
+    start = _start_model(init_from) if init_from is not None else None
+    if start is not None and not (preset or config):
+        config = start["config"]
     model_config = _model_config(preset, config, saved)
     model_sets, training_sets = _split_sets(dict(sets or {}))
     try:
@@ -152,6 +159,9 @@ def resolve_run_config(
     values = {k: v for k, v in saved[1].to_dict().items() if k != "format_version"} if saved else {}
     values.update(training_sets)
     values.update({k: v for k, v in (training or {}).items() if v is not None})
+    if start is not None:
+        values["init_from"] = os.fspath(init_from)
+        values.setdefault("tokenizer", start["tokenizer"])
     try:
         values["tokenizer"] = _tokenizer(tokenizer, values.get("tokenizer"))
         resolved = TrainingConfig(**values)
@@ -161,7 +171,45 @@ def resolve_run_config(
     if isinstance(corpus, (str, os.PathLike)):
         corpus = [os.fspath(corpus)]
     corpus = list(corpus) if corpus else (saved[2]["corpus"]["patterns"] if saved else None)
-    vocab = os.fspath(vocab) if vocab else (str(run_dir / "vocab.txt") if saved else None)
+    vocab = os.fspath(vocab) if vocab else (str(run_dir / "vocab.txt") if saved else start and start["vocab"])
     if not corpus or not vocab:
         raise ConfigError("give --corpus and --vocab (or --resume an existing run folder)")
+    if start is not None:
+        _check_start_model(start, model_config, resolved, vocab)
     return RunConfig(model_config, resolved, corpus, vocab)
+
+
+def _start_model(init_from: str | os.PathLike) -> dict:
+    """What a run started from a trained model takes from it: its folder, config, vocabulary, tokenizer."""
+    from elmokit.formats import ModelFolderError, resolve_model_path
+    from elmokit.training.lm import LM_INFO_NAME, LM_WEIGHTS_NAME, VOCAB_NAME
+
+    try:
+        folder = resolve_model_path(init_from)
+    except (ModelFolderError, OSError) as error:
+        raise ConfigError(f"--init-from {init_from}: {error}") from None
+    missing = [name for name in ("config.json", LM_WEIGHTS_NAME, VOCAB_NAME) if not (folder / name).exists()]
+    if missing:
+        raise ConfigError(f"--init-from {init_from}: {folder} has no {', '.join(missing)}; a run starts from a "
+                          "folder written by `elmokit train` (the biLM and its softmax)")
+    info_path = folder / LM_INFO_NAME
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
+    return {"folder": folder, "config": load_model_config_file(folder / "config.json"),
+            "vocab": str(folder / VOCAB_NAME), "tokenizer": info.get("tokenizer")}
+
+
+def _check_start_model(start: dict, model_config: BiLMConfig, training: TrainingConfig, vocab: str) -> None:
+    """The run must be able to take the model's weights as they are, and read text as the model did."""
+    from elmokit.training.vocab import Vocabulary
+
+    problems = []
+    if start["config"] != model_config:
+        diff = {k: (v, getattr(model_config, k)) for k, v in vars(start["config"]).items() if getattr(model_config, k) != v}
+        problems.append(f"the architecture differs {diff} (model, requested)")
+    if Vocabulary.load(vocab).tokens != Vocabulary.load(start["vocab"]).tokens:
+        problems.append(f"--vocab {vocab} is not the model's vocabulary (its softmax has one row per entry of {start['vocab']})")
+    if start["tokenizer"] is not None and start["tokenizer"] != training.tokenizer:
+        problems.append(f"the tokenizer {training.tokenizer} is not the model's {start['tokenizer']}")
+    if problems:
+        raise ConfigError(f"--init-from {training.init_from}: " + "; ".join(problems)
+                          + ". Fix: leave --preset/--config, --vocab and --tokenizer out to take the model's own")

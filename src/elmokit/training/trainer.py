@@ -165,6 +165,16 @@ def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, voca
     return "\n".join(lines)
 
 
+def _start_model_record(init_from: str) -> dict:
+    """Which weights a run started from: the folder and the sha256 of its biLM and softmax files."""
+    from elmokit.formats import WEIGHTS_NAME, resolve_model_path
+    from elmokit.training.lm import LM_WEIGHTS_NAME
+
+    folder = resolve_model_path(init_from)
+    return {"model": init_from, "model_sha256": file_sha256(folder / WEIGHTS_NAME),
+            "lm_sha256": file_sha256(folder / LM_WEIGHTS_NAME)}
+
+
 # ---- the loop ---------------------------------------------------------------------------------
 
 
@@ -209,6 +219,8 @@ def _train(run_dir, corpus, vocab_path, model_config, training, resume, command,
     run = _Run.setup(run_dir, corpus, vocab_path, model_config, training, resume, command, device, progress, context)
     if resume:
         run.resume()
+    if run.step == 0 and training.init_from is not None:
+        run.start_from_model(training.init_from)
     run.prepare_loop()
     run.loop()
     run.save_final()
@@ -277,6 +289,8 @@ class _Run:
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
         }
+        if training.init_from is not None:  # a name such as "default" may later name other weights
+            self.record["init_from"] = _start_model_record(training.init_from)
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             record_command(run_dir, command, context.world_size)
@@ -318,6 +332,16 @@ class _Run:
         self.skipped = state.get("skipped_nonfinite", 0)
         restore_rng_states(state, context, device)
         logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.step, self.tokens_seen)
+
+    def start_from_model(self, init_from: str) -> None:
+        """Step 0 of a run with ``init_from``: the trained model's biLM and softmax replace the random
+        weights (bilm-tf's restart.py); Adagrad's accumulators start at ``initial_accumulator``.
+        ``resolve_run_config`` has checked that the architecture and the vocabulary are the model's."""
+        loaded, vocabulary, _ = LanguageModel.load(init_from)
+        if vocabulary.tokens != self.vocabulary.tokens:
+            raise RunError(f"--init-from {init_from}: its vocabulary is not this run's")
+        self.model.load_state_dict({k: v.to(self.device) for k, v in loaded.state_dict().items()})
+        logger.info("starting from the weights of %s", init_from)
 
     # ---- the loop
 
