@@ -87,7 +87,7 @@ def test_cli_tiny_run_learns_and_its_export_matches_the_libraries_hidden_states(
     np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("objective, changes", [("spanbert", {"sbo": True}), ("roberta", {})])
+@pytest.mark.parametrize("objective, changes", [("spanbert", {"sbo": True}), ("roberta", {}), ("xlnet", {})])
 def test_resume_after_half_the_steps_is_bit_identical(tmp_path, corpus, objective, changes):
     """Straight 6 steps vs 3 + --resume + 3: weights (model and the SBO head), optimizer, metrics identical;
     dropout on, so the torch RNG must be restored too, and the masks come from the saved numpy generator."""
@@ -223,3 +223,33 @@ def test_learning_rate_warms_up_then_decays_linearly_to_zero():
     assert [learning_rate(config, s) for s in range(1, 11)] == [0.25, 0.5, 0.75, 1.0, 6 / 7, 5 / 7, 4 / 7, 3 / 7,
                                                                  2 / 7, 1 / 7]
     assert PretrainConfig(objective="bert", max_steps=1000).warmup_steps == 10  # BERT's 1%
+
+
+@pytest.mark.slow  # two fresh processes import transformers: ~20 s
+def test_two_xlnet_processes_checkpoint_each_ranks_memory(tmp_path, corpus, monkeypatch):
+    """Each rank reads every second row of the segment, so its memory is those rows of one process's memory
+    (same weights to float rounding); the checkpoint keeps both ranks' memories for an exact resume."""
+    import torch.multiprocessing as mp
+
+    config = _config("xlnet", max_steps=2, batch_size=4, dropout=0.0, checkpoint_every=100)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    _run(tmp_path / "single", corpus, config)
+    config = config.replace(tokenizer_dir=str(tmp_path / "single" / "tokenizer"))
+    init_method = f"file://{tmp_path / 'rendezvous'}"
+    context = mp.start_processes(pretrain_ddp_worker, args=(2, init_method, str(tmp_path / "ddp"), str(corpus),
+                                                            config.to_dict()), nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + 180
+    try:
+        while not context.join(timeout=1):
+            assert time.monotonic() < deadline, "DDP test timed out"
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    single = load_file(str(tmp_path / "single" / "checkpoints" / "step_00000002" / "model.safetensors"))
+    ddp = load_file(str(tmp_path / "ddp" / "checkpoints" / "step_00000002" / "model.safetensors"))
+    memory = single["objective.rank0.mems"]  # (layers, memory length, rows, hidden)
+    assert memory.shape[2] == 4 and "objective.rank1.mems" not in single
+    for rank in (0, 1):
+        torch.testing.assert_close(ddp[f"objective.rank{rank}.mems"], memory[:, :, rank::2], rtol=1e-4, atol=1e-5)

@@ -47,8 +47,8 @@ Deviations (stated, each for a reason):
   left out). The memory holds the previous segment, trimmed to its T tokens (Transformer-XL's ``mem_len`` =
   segment length, whatever the model config's ``mem_len``);
   XLNet caches only the ``reuse_len`` first tokens because its examples overlap by that much.
-- Resuming starts the memory afresh (the mems are not in the checkpoint): one segment per row trains
-  without context after a resume.
+- The memory is part of the checkpoint (``tensor_state``: one (L, M, B, H) tensor per rank), so a
+  resumed run attends to the same previous segment as an uninterrupted one, bit for bit.
 
 Shape legend: B batch (streams), T segment length, P predicted positions per row, V vocabulary,
 M memory length, H hidden.
@@ -208,6 +208,13 @@ class PermutationLMObjective:
         batch["segment_index"] = torch.tensor(index)
         batch["attention_mask"] = torch.ones_like(batch["input_ids"])
         return batch
+
+    def tensor_state(self) -> dict[str, torch.Tensor]:
+        """The memory for a checkpoint: ``{"mems": (L, M, B, H)}``, or nothing before the first segment."""
+        return {} if self.mems is None else {"mems": torch.stack(self.mems)}
+
+    def load_tensor_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.mems = list(state["mems"].unbind(0)) if "mems" in state else None
 
     def reset(self) -> None:
         """Forget the memory (a new pass over the corpus starts here)."""

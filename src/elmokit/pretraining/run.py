@@ -446,6 +446,8 @@ class _PretrainRun:
         self.cpu_s = float(state.get("cpu_s", 0.0))
         if "objective_state" in state:  # e.g. ERNIE's stage counter
             self.objective.load_state_dict(state["objective_state"])
+        if hasattr(self.objective, "load_tensor_state"):  # e.g. XLNet's memory, this rank's
+            self._restore_objective_tensors(weights, state)
         self.last_saved = self.step
         restore_rng_states(state, context, self.device)
         logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.step, self.tokens)
@@ -601,13 +603,36 @@ class _PretrainRun:
                 out[f"{prefix}.{name}"] = value.detach().clone()  # tied weights apart: safetensors shares nothing
         return out
 
+    def _objective_tensors(self) -> dict[str, torch.Tensor]:
+        """Every rank's tensor state of the objective (XLNet's memory) as ``objective.rank{r}.{name}``; every
+        rank must call it (it gathers). Ranks hold the same names and shapes: they read one segment at a time."""
+        if not hasattr(self.objective, "tensor_state"):
+            return {}
+        out = {}
+        for name, tensor in sorted(self.objective.tensor_state().items()):
+            flat = tensor.detach().contiguous().view(torch.uint8).flatten()  # all_gather_bytes carries bytes
+            for rank, gathered in enumerate(self.context.all_gather_bytes(flat, self.device)):
+                out[f"objective.rank{rank}.{name}"] = gathered.view(tensor.dtype).reshape(tensor.shape).clone()
+        return out
+
+    def _restore_objective_tensors(self, weights: dict, state: dict) -> None:
+        prefix = f"objective.rank{self.context.rank}."
+        mine = {k[len(prefix):]: v.to(self.device) for k, v in weights.items() if k.startswith(prefix)}
+        if state["world_size"] != self.context.world_size:
+            logger.warning("resuming %d ranks from a %d-rank checkpoint: the objective's memory starts afresh",
+                           self.context.world_size, state["world_size"])
+            mine = {}
+        self.objective.load_tensor_state(mine)
+
     def save(self) -> None:
         context = self.context
         rng_states = gather_rng_states(context, self.device)
+        objective_tensors = self._objective_tensors()
         steps = self.steps
         if context.is_main:
             write_checkpoint(
-                self.checkpoints, steps.step, model_state=self._weights(), optimizer=self.optimizer,
+                self.checkpoints, steps.step, model_state={**self._weights(), **objective_tensors},
+                optimizer=self.optimizer,
                 param_names=self.names,
                 state={"step": steps.step, "tokens": steps.tokens, "position": self.position.to_dict(),
                        "masking_rng": self.mask_rng.bit_generator.state, "elapsed_s": steps.elapsed(),
