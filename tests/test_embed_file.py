@@ -45,6 +45,16 @@ def test_top_and_average(tmp_path, model_dir, flag):
             np.testing.assert_allclose(one[str(i)][...], expected, atol=1e-6)
 
 
+def test_without_a_layer_flag_every_layer_is_written(tmp_path, model_dir):
+    """`allennlp elmo` required --all, --top or --average; here leaving them out means --all."""
+    source = write_lines(tmp_path / "in.txt", LINES)
+    assert embed(source, tmp_path / "all.h5", "--all", "--model", model_dir) == 0
+    assert embed(source, tmp_path / "plain.h5", "--model", model_dir) == 0
+    with h5py.File(tmp_path / "all.h5", "r") as every, h5py.File(tmp_path / "plain.h5", "r") as plain:
+        for i in range(len(LINES)):
+            np.testing.assert_array_equal(plain[str(i)][...], every[str(i)][...])
+
+
 def test_batch_size_does_not_change_a_single_bit(tmp_path, model_dir):
     source = write_lines(tmp_path / "in.txt", LINES * 3)
     embed(source, tmp_path / "a.h5", "--all", "--model", model_dir, "--batch-size", 1)

@@ -1,4 +1,5 @@
-"""`elmokit embed INPUT OUTPUT (--all | --top | --average)`: the old `allennlp elmo` command."""
+"""`elmokit embed INPUT OUTPUT [--all | --top | --average]`: the old `allennlp elmo` command (which required
+one of the three; here --all, every layer, is the default)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def register(subparsers) -> None:
     parser.add_argument("input_file", help="UTF-8 text, one sentence per line (whitespace-tokenised, or raw text "
                         "for a model trained with a segmenter such as jieba); '-' reads standard input")
     parser.add_argument("output_file", help="HDF5 file to write (replaced only when the run succeeds; never the input)")
-    layers = parser.add_mutually_exclusive_group(required=True)
-    layers.add_argument("--all", dest="output_format", action="store_const", const="all", help="all layers: (L+1, n, 2P)")
+    layers = parser.add_mutually_exclusive_group()
+    parser.set_defaults(output_format="all")
+    layers.add_argument("--all", dest="output_format", action="store_const", const="all",
+                        help="all layers: (L+1, n, 2P) (the default)")
     layers.add_argument("--top", dest="output_format", action="store_const", const="top", help="top layer: (n, 2P)")
     layers.add_argument("--average", dest="output_format", action="store_const", const="average",
                         help="mean of the layers: (n, 2P)")
