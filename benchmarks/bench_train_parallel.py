@@ -9,7 +9,8 @@ The shape is the shipped default's (`--preset small --set lstm_dim=512 --negativ
 at most 40 regex tokens). The corpus is the first ``--lines`` lines of gutenberg_en ``train.00``, the
 vocabulary its 50,000 most frequent tokens (built once). Under torchrun every rank builds the same global
 batch and trains on half of it (docs/training.md, "Data parallelism"), so the three configurations do the
-same work per step; tokens/s is the tokens of the steps after the first ``--skip`` (start-up, first
+same work per step (the fourth doubles the global batch, so each rank runs the single process's 64 sentences:
+weak scaling, as data parallelism is usually run); tokens/s is the tokens of the steps after the first ``--skip`` (start-up, first
 allocations) over their wall time, read from ``tokens`` and ``elapsed_s`` of metrics.jsonl. The configurations
 run one after the other, in an order that rotates each round, so a change in the machine's load falls on each
 alike; the median over the rounds is reported, with every round's value in the JSON. On a machine shared with
@@ -35,12 +36,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
 SHAPE = ["--preset", "small", "--set", "lstm_dim=512", "--negatives", "4096", "--tokenizer", "regex",
-         "--max-length", "40", "--batch-size", "64"]
-# name -> (launcher prefix, --threads per process)
+         "--max-length", "40"]
+TORCHRUN = ["torchrun", "--standalone", "--nproc_per_node", "2"]
+# name -> (launcher prefix, --threads per process, global sentences per step)
 CONFIGS = {
-    "1 process x 1 thread": ([], 1),
-    "1 process x 2 threads": ([], 2),
-    "2 processes x 1 thread (torchrun, gloo)": (["torchrun", "--standalone", "--nproc_per_node", "2"], 1),
+    "1 process x 1 thread": ([], 1, 64),
+    "1 process x 2 threads": ([], 2, 64),
+    "2 processes x 1 thread (torchrun, gloo)": (TORCHRUN, 1, 64),
+    # weak scaling, as data parallelism is usually run: each rank keeps the single process's 64 sentences
+    "2 processes x 1 thread, 64 sentences each (global batch 128)": (TORCHRUN, 1, 128),
 }
 
 
@@ -70,10 +74,11 @@ def throughput(metrics: Path, skip: int) -> dict:
 
 
 def run_config(name: str, work: Path, corpus: Path, vocab: Path, args) -> dict:
-    launcher, threads = CONFIGS[name]
+    launcher, threads, batch = CONFIGS[name]
     out = work / f"run_{time.monotonic_ns()}"
     command = (["elmokit", "train"] if not launcher else [*launcher, "-m", "elmokit.cli.main", "train"]) + [
-        "--corpus", str(corpus), "--vocab", str(vocab), *SHAPE, "--max-steps", str(args.steps), "--log-every", "1",
+        "--corpus", str(corpus), "--vocab", str(vocab), *SHAPE, "--batch-size", str(batch),
+        "--max-steps", str(args.steps), "--log-every", "1",
         "--checkpoint-every", "1000000", "--seed", "0", "--threads", str(threads), "--out", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     started = time.perf_counter()
@@ -87,7 +92,8 @@ def run_config(name: str, work: Path, corpus: Path, vocab: Path, args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three configurations (default: 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the configurations (default: 3)")
+    parser.add_argument("--configs", default=None, help="comma-separated indices of CONFIGS to run (default: all)")
     parser.add_argument("--steps", type=int, default=14, help="training steps per run (default: 14)")
     parser.add_argument("--skip", type=int, default=4, help="first steps left out of the rate (default: 4)")
     parser.add_argument("--lines", type=int, default=20_000, help="corpus lines of train.00 (default: 20000)")
@@ -107,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(["elmokit", "vocab", "--corpus", str(corpus), "--tokenizer", "regex", "--max-size", "50000",
                     "--out", str(vocab)], check=True, stdout=subprocess.DEVNULL)
     busy_before, _ = other_cpus(3.0)
-    rounds: dict[str, list[dict]] = {name: [] for name in CONFIGS}
-    names = list(CONFIGS)
+    names = list(CONFIGS) if args.configs is None else [list(CONFIGS)[int(i)] for i in args.configs.split(",")]
+    rounds: dict[str, list[dict]] = {name: [] for name in names}
     for k in range(args.rounds):
         for name in names[k % len(names):] + names[: k % len(names)]:
             result = run_config(name, work, corpus, vocab, args)
