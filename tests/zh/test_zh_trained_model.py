@@ -1,7 +1,7 @@
-"""A Chinese model trained by docs/chinese.md's commands (not shipped: too large for the repository), named by
+"""The shipped Chinese model (``zh``), or another trained by docs/chinese.md's commands named by
 ``ELMOKIT_ZH_MODEL``: its card tells the truth about it, raw Chinese lines are cut by the segmenter it was
-trained with, and it is a trained language model (slow: against a unigram oracle). Skipped, with the reason,
-when no such folder is named (default: runs/zh_model/model of the checkout, where those commands put it)."""
+trained with (``Embedder.load("zh")`` and ``elmokit embed --model zh`` on raw lines), and it is a trained
+language model (slow: against a unigram oracle)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ import numpy as np
 import pytest
 
 from elmokit import Embedder
+from elmokit.formats import shipped_model_path
 
 pytest.importorskip("jieba", reason="the zh model records jieba: pip install 'elmokit[zh]'")
 
-ZH = Path(os.environ.get("ELMOKIT_ZH_MODEL", Path(__file__).resolve().parents[2] / "runs" / "zh_model" / "model"))
+NAME = os.environ.get("ELMOKIT_ZH_MODEL", "zh")
+ZH = shipped_model_path("zh") if NAME == "zh" else Path(NAME)
 if not (ZH / "lm.json").is_file():
-    pytest.skip(f"no trained Chinese model at {ZH}: build one with docs/chinese.md's commands and set ELMOKIT_ZH_MODEL",
-                allow_module_level=True)
+    pytest.fail(f"no trained Chinese model at {ZH}: the package ships one as 'zh'; "
+                "ELMOKIT_ZH_MODEL names another", pytrace=False)
 RAW = ["我爱北京天安门。", "１９９８年新年讲话，iPhone 15 和 GPU 都是外来词😀", "神说：要有光！"]
 
 
@@ -37,11 +39,13 @@ def test_its_card_matches_the_files():
 def test_raw_chinese_lines_are_cut_by_jieba_and_embedded_as_those_words(tmp_path):
     from elmokit.text.segmenters import segment
 
-    embedder = Embedder.load(ZH)
+    embedder = Embedder.load(NAME)
     words = [segment("jieba", line) for line in RAW]
     assert [embedder.tokenize(line) for line in RAW] == words
     (tmp_path / "zh.txt").write_text("".join(line + "\n" for line in RAW), encoding="utf-8")
-    embedder.embed_file(tmp_path / "zh.txt", tmp_path / "out.h5")
+    from elmokit.cli.main import main
+
+    assert main(["embed", str(tmp_path / "zh.txt"), str(tmp_path / "out.h5"), "--all", "--model", NAME]) == 0
     alone = [embedder.embed([w])[0] for w in words]  # each sentence by itself: the batch changes no bit
     with h5py.File(tmp_path / "out.h5", "r") as h5:
         for i, expected in enumerate(alone):
