@@ -508,8 +508,8 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
     lines += ["", f"WordNet first sense on the same ALL: {fmt(wsd_first)} F1. FLOPs (est.) = the first step's "
               "forward + backward FLOPs per token (`torch.utils.flop_counter`, optimiser not counted) x tokens seen. "
               "Tokens seen are subword tokens fed (masked-LM objectives predict ~15% of them, causal LMs all). "
-              "The runs stop at the token counts above; the data curve (three of them continued to 250 and 750 "
-              "CPU-seconds, about 3M and 10M tokens for the masked LMs) is the next part, from "
+              "The runs stop at the token counts above; the data curve (every run but ERNIE's continued to 250 and "
+              "750 CPU-seconds, about 3M and 10M tokens for the masked LMs) is the next part, from "
               "`benchmarks/family_data_curve.py`.", ""]
     if figure is not None:
         lines += [f"![per-layer probe curves]({os.path.relpath(figure, REPO / 'docs')})", ""]
