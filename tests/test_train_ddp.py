@@ -1,13 +1,12 @@
 """Data parallelism: 2 CPU processes (gloo on the loopback interface) train exactly like one process on the
 same global batch - same losses and weights after a few steps, up to float summation order."""
 
-import time
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from safetensors.torch import load_file
+from testkit import run_two_ranks
 from train_helpers import ddp_worker, run_tiny, tiny_vocab
 
 from elmokit.bilm import PRESETS
@@ -28,16 +27,7 @@ def test_two_processes_match_one_process_on_the_same_global_batch(tmp_path, monk
     # A file rendezvous: no port to pick and lose to another process (gloo's own connections use
     # ports the OS assigns on the loopback interface).
     init_method = f"file://{tmp_path / 'rendezvous'}"
-    context = mp.start_processes(ddp_worker, args=(2, init_method, str(tmp_path / "ddp"), model.to_dict(), changes),
-                                 nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + 180
-    try:
-        while not context.join(timeout=1):
-            assert time.monotonic() < deadline, "DDP test timed out"
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
+    run_two_ranks(ddp_worker, (2, init_method, str(tmp_path / "ddp"), model.to_dict(), changes))
 
     ddp_metrics = [e for e in read_metrics(tmp_path / "ddp") if "loss" in e]
     np.testing.assert_allclose([e["loss"] for e in ddp_metrics], [e["loss"] for e in single.history], rtol=1e-6)

@@ -123,3 +123,21 @@ def load_benchmark(name: str, module_name: str | None = None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_two_ranks(worker, args: tuple, timeout_s: float = 180.0) -> None:
+    """Run ``worker(rank, *args)`` in two spawned processes (a data-parallel test) and wait for both,
+    failing after ``timeout_s``; a rank still alive then is killed."""
+    import time
+
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(worker, args=args, nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not context.join(timeout=1):
+            assert time.monotonic() < deadline, "DDP test timed out"
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()

@@ -5,11 +5,11 @@ a damaged checkpoint is set aside, two processes train like one; the corpus read
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
 from pretraining_testkit import need_transformers, pretrain_ddp_worker, write_document_corpus
+from testkit import run_two_ranks
 from train_helpers import one_thread
 
 need_transformers()
@@ -143,24 +143,13 @@ def test_resume_refuses_a_different_run_and_a_new_run_refuses_a_used_folder(tmp_
 def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path, corpus, monkeypatch):
     """GPT on contiguous windows of exactly 32 tokens: every row has 31 targets, so the target-weighted mean
     equals one process's. Dropout off: its masks are drawn per rank."""
-    import torch.multiprocessing as mp
-
     config = _config("gpt", max_steps=4, batch_size=6, dropout=0.0, checkpoint_every=100)
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     single = _run(tmp_path / "single", corpus, config)
     config = config.replace(tokenizer_dir=str(tmp_path / "single" / "tokenizer"))
     init_method = f"file://{tmp_path / 'rendezvous'}"
-    context = mp.start_processes(pretrain_ddp_worker, args=(2, init_method, str(tmp_path / "ddp"), str(corpus),
-                                                            config.to_dict()), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + 180
-    try:
-        while not context.join(timeout=1):
-            assert time.monotonic() < deadline, "DDP test timed out"
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
+    run_two_ranks(pretrain_ddp_worker, (2, init_method, str(tmp_path / "ddp"), str(corpus), config.to_dict()))
     ddp = [e for e in read_metrics(tmp_path / "ddp") if "loss" in e]
     np.testing.assert_allclose([e["loss"] for e in ddp], [e["loss"] for e in single.history], rtol=1e-5)
     assert [e["tokens"] for e in ddp] == [e["tokens"] for e in single.history]
@@ -229,24 +218,13 @@ def test_learning_rate_warms_up_then_decays_linearly_to_zero():
 def test_two_xlnet_processes_checkpoint_each_ranks_memory(tmp_path, corpus, monkeypatch):
     """Each rank reads every second row of the segment, so its memory is those rows of one process's memory
     (same weights to float rounding); the checkpoint keeps both ranks' memories for an exact resume."""
-    import torch.multiprocessing as mp
-
     config = _config("xlnet", max_steps=2, batch_size=4, dropout=0.0, checkpoint_every=100)
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     _run(tmp_path / "single", corpus, config)
     config = config.replace(tokenizer_dir=str(tmp_path / "single" / "tokenizer"))
     init_method = f"file://{tmp_path / 'rendezvous'}"
-    context = mp.start_processes(pretrain_ddp_worker, args=(2, init_method, str(tmp_path / "ddp"), str(corpus),
-                                                            config.to_dict()), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + 180
-    try:
-        while not context.join(timeout=1):
-            assert time.monotonic() < deadline, "DDP test timed out"
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
+    run_two_ranks(pretrain_ddp_worker, (2, init_method, str(tmp_path / "ddp"), str(corpus), config.to_dict()))
     single = load_file(str(tmp_path / "single" / "checkpoints" / "step_00000002" / "model.safetensors"))
     ddp = load_file(str(tmp_path / "ddp" / "checkpoints" / "step_00000002" / "model.safetensors"))
     memory = single["objective.rank0.mems"]  # (layers, memory length, rows, hidden)
