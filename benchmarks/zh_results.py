@@ -11,13 +11,14 @@ Steps, in order (each an ordinary command, printed before it runs; ``../shared``
 2. ``segmenters``  ``benchmarks/zh_segmenters.py``: SIGHAN-2005 PKU/MSR F1 of every segmenter (its own part).
 3. ``model``       ``elmokit vocab`` + ``elmokit train``: the Chinese biLM (docs/chinese.md's recipe; ~1 CPU-hour).
                    With ``--reuse`` an existing run folder is resumed to its step budget, never retrained.
-4. ``ship``        the run's model folder copied into the package as ``zh`` (``src/elmokit/models/zh``) with
-                   its card: what ``Embedder.load("zh")`` and ``--model zh`` load.
+4. ``card``        the run's model folder finished in place: its card (what a user must know first) and a
+                   warm state. Not shipped in the package: the repository keeps files over 5 MB only for
+                   the English default, so a user builds this model with these steps.
 5. ``perplexity``  ``benchmarks/eval_lm.py`` on the held-out People's Daily and Acts text, written into the
                    card too; the model's training record is copied into ``docs/results/zh/model.json`` so the
                    part can be rebuilt without the run folder. Writes the part between the ``zh-model`` markers.
 6. ``tasks``       ``benchmarks/zh_tasks.py``: Weibo/Resume NER, PKU CWS, People's Daily POS, without and
-                   with the shipped Chinese ELMo, for every seed of ``--seeds`` (its own part).
+                   with the Chinese ELMo, for every seed of ``--seeds`` (its own part).
 7. ``ernie``       ``benchmarks/zh_ernie.py`` when present: knowledge vs character masking (its own part).
 
 Each step's part of docs/results.md is written by the script that measures it, between its own markers,
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -51,9 +51,8 @@ AFTER = "<!-- zh-segmenters:end -->"  # the model's part follows the segmenters'
 CORPUS = "runs/zh/corpus"
 VOCAB = "runs/zh/vocab.txt"
 RUN = "runs/zh_model"
-SHIPPED = "src/elmokit/models/zh"  # the package's `zh` model
-SHIPPED_FILES = ("config.json", "model.safetensors", "lm.safetensors", "lm.json", "vocab.txt")  # + warm_state
-STEPS = ("corpus", "segmenters", "model", "ship", "perplexity", "tasks", "ernie")
+MODEL = f"{RUN}/model"
+STEPS = ("corpus", "segmenters", "model", "card", "perplexity", "tasks", "ernie")
 # The recipe of docs/chinese.md (the English default's shape, 2,000 steps of 64 sentences of <= 40 tokens).
 TRAIN_ARGS = ["--preset", "small", "--set", "lstm_dim=512", "--tokenizer", "jieba", "--max-length", "40",
               "--batch-size", "64", "--negatives", "4096", "--max-steps", "2000", "--checkpoint-every", "200",
@@ -91,15 +90,15 @@ def run_step(step: str, args) -> None:
                 "--out", VOCAB])
         resume = ["--resume"] if (REPO / RUN / "checkpoints").exists() else []
         sh(["elmokit", "train", "--corpus", f"{CORPUS}/train.txt", "--vocab", VOCAB, *TRAIN_ARGS, "--out", RUN, *resume])
-    elif step == "ship":
-        ship_model()
+    elif step == "card":
+        finish_model()
     elif step == "perplexity":
         texts = [arg for name, path in HELD_OUT.items() for arg in ("--text", f"{name}={path}")]
-        sh(python("eval_lm.py", "--model", SHIPPED, "--only-texts", *texts, "--threads", str(args.threads),
+        sh(python("eval_lm.py", "--model", MODEL, "--only-texts", *texts, "--threads", str(args.threads),
                   "--json", str(EVAL_JSON.relative_to(REPO)), "--update-card"))
         record_model()
     elif step == "tasks":
-        sh(python("zh_tasks.py", "--systems", "none,elmo", "--model", "zh", "--seeds", args.seeds, "--no-write"))
+        sh(python("zh_tasks.py", "--systems", "none,elmo", "--model", MODEL, "--seeds", args.seeds, "--no-write"))
         sh(python("zh_tasks.py", "--report-only"))
     elif step == "ernie":
         script = REPO / "benchmarks" / "zh_ernie.py"
@@ -112,23 +111,24 @@ def run_step(step: str, args) -> None:
 CARD_HEAD = """# elmokit Chinese model (`zh`)
 
 A small ELMo biLM for Chinese, trained by elmokit on People's Daily (January 1998) and the Chinese
-Union Version Bible and shipped inside the package: `elmokit embed zh.txt out.h5 --model zh` and
-`Embedder.load("zh")` work with no download once the segmenter it records is installed
-(`pip install "elmokit[zh]"` brings jieba). Raw, unsegmented lines are cut by jieba as its training
+Union Version Bible (`benchmarks/zh_results.py`; not shipped in the package: files over 5 MB are kept
+for the English default only). `elmokit embed zh.txt out.h5 --model runs/zh_model/model` and
+`Embedder.load("runs/zh_model/model")` need the segmenter it records (`pip install "elmokit[zh]"`
+brings jieba). Raw, unsegmented lines are cut by jieba as its training
 text was; one vector per jieba word per layer, 3 layers of 256 dimensions (layer 0: the character-based
 word vector, layers 1-2: the biLSTM, forward and backward concatenated).
 
-- **What it is good for.** A baseline, a recipe and a starting point: `elmokit train --init-from zh
-  --corpus YOUR_TEXT ...` continues it on your text. It saw 3.3M tokens (two passes over 1.6M), far
+- **What it is good for.** A baseline, a recipe and a starting point: `elmokit train --init-from
+  runs/zh_model/model --corpus YOUR_TEXT ...` continues it on your text. It saw 3.3M tokens (two passes over 1.6M), far
   less than ELMoForManyLangs' Chinese model (20M words of Wikipedia and Common Crawl). Newspaper and
   biblical Chinese are its domain; social media and technical text are far from it. Its effect on
   Chinese NER, word segmentation and POS tagging is measured in `docs/results.md` ("Chinese").
 - **Bytes.** A Han character is 3 UTF-8 bytes and the char CNN reads at most 50 per word (48 between
   the word's begin and end marks): words longer than 16 Han characters are cut (`docs/chinese.md`).
 - **Warm start.** `warm_state.safetensors` holds the LSTM state after reading Genesis 1 (CUV), cut by
-  jieba (`elmokit warm-state`); opt in with `Embedder.load("zh", initial_state="warm")`. The default
+  jieba (`elmokit warm-state`); opt in with `Embedder.load(FOLDER, initial_state="warm")`. The default
   start is the zero state.
-- **Rebuild it:** `python benchmarks/zh_results.py --steps corpus,model,ship,perplexity` (the
+- **Rebuild it:** `python benchmarks/zh_results.py --steps corpus,model,card,perplexity` (the
   commands below; about an hour of one core).
 - **Licence.** Weights: Apache-2.0 like elmokit, but the People's Daily text is the PKU-ICL corpus,
   released for research and teaching (commercial use needs PKU ICL's licence), and the weights learnt
@@ -148,27 +148,20 @@ def genesis_1() -> list[str]:
     return ["".join(text.split()) for verse, text in verses if verse.startswith("01.001.")]
 
 
-def ship_model() -> None:
-    """The run's model folder into the package (``zh``): its files, and a card that starts with what a user
-    must know (CARD_HEAD) and goes on with the trainer's record of the run."""
-    source, target = REPO / RUN / "model", REPO / SHIPPED
-    missing = [name for name in (*SHIPPED_FILES, "README.md") if not (source / name).is_file()]
-    if missing:
-        raise SystemExit(f"{source}: no {', '.join(missing)}; run the model step first")
-    target.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED_FILES:
-        with atomic_path(target / name) as tmp:
-            shutil.copyfile(source / name, tmp)
+def finish_model() -> None:
+    """The run's model folder finished in place: a warm state read from Genesis 1, and a card that starts
+    with what a user must know (CARD_HEAD) and goes on with the trainer's record of the run."""
+    model = REPO / MODEL
+    if not (model / "README.md").is_file():
+        raise SystemExit(f"{model}: no model card; run the model step first")
     warmup = REPO / CORPUS / "warmup.txt"  # Genesis 1 in the CUV (public domain), cut by jieba as in training
     with atomic_path(warmup) as tmp:
         Path(tmp).write_text("".join(" ".join(segment("jieba", line)) + "\n" for line in genesis_1()), encoding="utf-8")
-    sh(["elmokit", "warm-state", "--model", SHIPPED, "--text", str(warmup.relative_to(REPO)), "--threads", "1"])
-    trained = (source / "README.md").read_text(encoding="utf-8")
-    body = trained[trained.index("## Training data"):]  # the trainer's own title line is replaced
-    with atomic_path(target / "README.md") as tmp:
+    sh(["elmokit", "warm-state", "--model", MODEL, "--text", str(warmup.relative_to(REPO)), "--threads", "1"])
+    trained = (model / "README.md").read_text(encoding="utf-8")
+    body = trained[trained.index("## Training data"):]  # the trainer's own title line (or an older head) is replaced
+    with atomic_path(model / "README.md") as tmp:
         Path(tmp).write_text(CARD_HEAD + body, encoding="utf-8")
-    print(f"ship: {source} -> {target} ({sum((target / n).stat().st_size for n in SHIPPED_FILES) / 2**20:.1f} MiB)",
-          flush=True)
 
 
 def record_model() -> None:
@@ -208,14 +201,15 @@ def model_part() -> str:
         f"({model['tokens']:,} tokens in {model['steps']:,} steps, {model['train_seconds'] / 60:.1f} min on "
         f"{model['threads']} thread{'s' if model['threads'] != 1 else ''}, {model['date']}, the shared 2-core VM; "
         f"vocabulary {model['vocabulary_size']:,}; "
-        "shipped as `zh`, see docs/chinese.md). Full-softmax perplexity, average of the two directions: " + sets + ".",
+        "not shipped: files over 5 MB are kept for the English default only; see docs/chinese.md). "
+        "Full-softmax perplexity, average of the two directions: " + sets + ".",
         "",
         f"Validation perplexity (1,000 held-out lines) during training: {curve}"
         + ("; still falling when the budget ended." if falling else "."),
         "No published number is comparable (different data, vocabulary and segmentation).",
         "",
         "Commands: `" + model["command"] + "` (training), then "
-        "`python benchmarks/zh_results.py --steps ship,perplexity` (the model into the package as `zh`, then "
+        "`python benchmarks/zh_results.py --steps card,perplexity` (the card and warm state, then "
         "eval_lm.py on the two held-out texts; "
         "`--report-only` rebuilds this part from the JSON).",
     ]

@@ -1,7 +1,7 @@
 """Chinese tasks with and without the Chinese ELMo: docs/results.md "Chinese" (NER, CWS, POS).
 
     python benchmarks/zh_tasks.py --systems none                 # the baselines
-    python benchmarks/zh_tasks.py --systems elmo --model zh     # the ELMo rows, with the shipped Chinese model
+    python benchmarks/zh_tasks.py --systems elmo --model runs/zh_model/model   # the ELMo rows
     python benchmarks/zh_tasks.py --report-only                  # regenerate the table from the JSON files
 
 The data sets of ``elmokit.evaluation.tagging`` (readers in ``elmokit.tasks.zh_data``):
@@ -200,7 +200,7 @@ def table() -> str:
             commands.add((g["command"], g["date"], g["machine"], g["threads"]))
     if not any(system == "elmo" for _, system in by):
         notes.append("* **Chinese ELMo rows: not run yet.** The Chinese model was still training when the baselines "
-                     "ran; `python benchmarks/zh_tasks.py --systems elmo --model zh` "
+                     "ran; `python benchmarks/zh_tasks.py --systems elmo --model runs/zh_model/model` "
                      "adds them and regenerates this table.")
     lines += ["", *notes, "", "Commands (each JSON under `docs/results/zh/tasks/` records its own):", ""]
     for command, day, machine, threads in sorted(commands):
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated, of %(default)s")
     parser.add_argument("--systems", default="none,elmo", help="comma-separated: none (baseline), elmo (default: both)")
-    parser.add_argument("--model", default="zh", help="the Chinese ELMo: a shipped name or a model folder (default: %(default)s)")
+    parser.add_argument("--model", default="runs/zh_model/model", help="the Chinese ELMo model folder (default: %(default)s)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
     parser.add_argument("--epochs", type=int, default=None, help="override the epochs of CAPS for every data set")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
