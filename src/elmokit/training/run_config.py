@@ -181,8 +181,8 @@ def resolve_run_config(
 
 def _start_model(init_from: str | os.PathLike) -> dict:
     """What a run started from a trained model takes from it: its folder, config, vocabulary, tokenizer."""
-    from elmokit.formats import ModelFolderError, resolve_model_path
-    from elmokit.training.lm import LM_INFO_NAME, LM_WEIGHTS_NAME, VOCAB_NAME
+    from elmokit.formats import ModelFolderError, recorded_tokenizer, resolve_model_path
+    from elmokit.training.lm import LM_WEIGHTS_NAME, VOCAB_NAME
 
     try:
         folder = resolve_model_path(init_from)
@@ -192,10 +192,12 @@ def _start_model(init_from: str | os.PathLike) -> dict:
     if missing:
         raise ConfigError(f"--init-from {init_from}: {folder} has no {', '.join(missing)}; a run starts from a "
                           "folder written by `elmokit train` (the biLM and its softmax)")
-    info_path = folder / LM_INFO_NAME
-    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
+    try:
+        tokenizer = recorded_tokenizer(folder)
+    except ModelFolderError as error:
+        raise ConfigError(f"--init-from {init_from}: {error}") from None
     return {"folder": folder, "config": load_model_config_file(folder / "config.json"),
-            "vocab": str(folder / VOCAB_NAME), "tokenizer": info.get("tokenizer")}
+            "vocab": str(folder / VOCAB_NAME), "tokenizer": tokenizer}
 
 
 def _check_start_model(start: dict, model_config: BiLMConfig, training: TrainingConfig, vocab: str) -> None:
