@@ -3,6 +3,7 @@
     python benchmarks/elmo_results.py                       # the shipped default model, everything
     python benchmarks/elmo_results.py --reuse               # only redraw from docs/results/elmo/*.json
     python benchmarks/elmo_results.py --steps probe,wsd --threads 2
+    python benchmarks/elmo_results.py --reuse --compare docs/results/elmo/previous   # old and new side by side
 
 Each step runs an ordinary `elmokit eval ...` command (printed, and recorded in the report) that
 writes its JSON to ``--out-dir``; ``--reuse`` skips steps whose JSON exists. Then the report is
@@ -10,6 +11,10 @@ rebuilt from the JSON files alone: tables beside the paper's numbers (Peters et 
 and 6), the learned layer weights per task, whether each of the paper's three claims holds here,
 and three plots (layer weights per task, per-layer probe accuracy, one ambiguous word's vectors
 in 2-D coloured by sense). The section of docs/results.md between the markers is replaced.
+
+When the shipped default is replaced, its JSON files are kept in ``docs/results/elmo/previous/`` and
+``--compare`` (that folder by default, when it exists) adds a table of every headline number of the
+previous model beside the new one's.
 """
 
 from __future__ import annotations
@@ -132,7 +137,59 @@ def command_text(result: dict) -> str:
     return shlex.join(command) if isinstance(command, list) else command
 
 
-def build_report(out: Path, plots: Path) -> str:
+def headline(out: Path) -> dict[str, float]:
+    """Every headline number of one results folder, by a label that names task, metric and variant."""
+    numbers: dict[str, float] = {}
+    for name, metric in (("pos", "UPOS accuracy"), ("ner", "span F1"), ("sst", "accuracy")):
+        result = load(out, name)
+        for task, _base, elmo, _ in task_rows(result) if result else []:
+            if elmo is not None:
+                numbers[f"{task} {metric}, with ELMo"] = elmo
+    for name, label in (("pos_top", "top layer only"), ("pos_warm", "warm initial state")):
+        result = load(out, name)
+        row = next((r for r in task_rows(result) if r[2] is not None), None) if result else None
+        if row:
+            numbers[f"POS tagger, {label}"] = row[2]
+    for name, label, key in (("probe", "POS probe", "test_accuracy"), ("probe_warm", "POS probe (warm)", "test_accuracy"),
+                             ("wsd", "WSD F1", "f1")):
+        result = load(out, name)
+        for layer in result["layers"] if result else []:
+            numbers[f"{label}, layer {layer['layer']}"] = layer[key]
+    similarity = load(out, "similarity")
+    for row in (similarity or {}).get("similarity", []):
+        if row.get("spearman") is not None:
+            numbers[f"{row['dataset']} Spearman x 100, layer 0"] = 100 * row["spearman"]
+    for row in (similarity or {}).get("analogy", []):
+        if row.get("accuracy") is not None:
+            numbers[f"{row['dataset']} analogy accuracy x 100, layer 0"] = 100 * row["accuracy"]
+    return numbers
+
+
+def comparison(previous: Path, out: Path, model_description: str = "") -> list[str]:
+    """The previous default's numbers beside this one's (only labels both have a number for)."""
+    old, new = headline(previous), headline(out)
+    shared = [label for label in new if label in old]
+    if not shared:
+        return []
+    about = json.loads((previous / "model.json").read_text()) if (previous / "model.json").exists() else {}
+    lines = ["### The previous default beside this one", "",
+             f"The same commands on the model this default replaced ({about.get('description', 'see its JSON')}; "
+             f"weights sha256 `{about.get('sha256', '?')[:16]}`, its JSON kept in `{previous.relative_to(REPO).as_posix()}/`) "
+             f"and on this one ({model_description or 'the shipped default'}). One seed each.", "",
+             "| measure | previous default | this default | change |", "|---|---:|---:|---:|"]
+    lines += [f"| {label} | {old[label]:.1f} | {new[label]:.1f} | {new[label] - old[label]:+.1f} |" for label in shared]
+    return lines + [""]
+
+
+def weights_sha256(model: str) -> str:
+    import hashlib
+
+    from elmokit.formats import resolve_model_path
+
+    return hashlib.sha256((resolve_model_path(model) / "model.safetensors").read_bytes()).hexdigest()
+
+
+def build_report(out: Path, plots: Path, previous: Path | None = None, model_description: str = "") -> str:
     lines = [BEGIN, "", "## ELMo: the paper's claims on the default model", ""]
     probe, wsd, sst, pos, ner = (load(out, n) for n in ("probe", "wsd", "sst", "pos", "ner"))
     similarity = load(out, "similarity")
@@ -199,6 +256,8 @@ def build_report(out: Path, plots: Path) -> str:
 
     lines += ["### Do the claims hold at our scale?", ""]
     lines += claims(downstream, probe, wsd, out)
+    if previous is not None:
+        lines += ["", *comparison(previous, out, model_description)]
     if similarity:
         scores = [f"{r['dataset']} {r['spearman']:.3f}"
                   for r in similarity.get("similarity", []) if r.get("spearman") is not None]
@@ -355,6 +414,9 @@ def main() -> int:
     parser.add_argument("--out-dir", default=str(REPO / "docs" / "results" / "elmo"))
     parser.add_argument("--lemma", default="play", help="the ambiguous word of the projection plot")
     parser.add_argument("--results", default=str(REPO / "docs" / "results.md"))
+    parser.add_argument("--compare", default=str(REPO / "docs" / "results" / "elmo" / "previous"),
+                        help="a previous default's results folder to set beside this one (default: %(default)s, "
+                        "when it exists)")
     args = parser.parse_args()
     out = Path(args.out_dir)
     if args.steps != "none":
@@ -365,7 +427,12 @@ def main() -> int:
             run_steps(args)
         if (wanted is None or "polysemy" in wanted) and not (args.reuse and (out / "polysemy.json").exists()):
             polysemy_projection(args.model, out, args.lemma, "VERB")
-    report = build_report(out, REPO / "docs" / "results" / "plots")
+    previous = Path(args.compare) if args.compare and Path(args.compare).is_dir() else None
+    description = ""
+    if previous is not None:
+        sys.path.insert(0, str(REPO / "src"))
+        description = f"`{args.model}`, weights sha256 `{weights_sha256(args.model)[:16]}`"
+    report = build_report(out, REPO / "docs" / "results" / "plots", previous, description)
     results = Path(args.results)
     text = results.read_text(encoding="utf-8") if results.exists() else "# Results\n"
     if BEGIN in text:

@@ -114,13 +114,15 @@ def write_lines(path, lines):
 
 
 def load_benchmark(name: str, module_name: str | None = None):
-    """The module of ``benchmarks/<name>.py``, executed once under ``module_name`` (benchmarks are scripts,
-    not a package)."""
+    """The module of ``benchmarks/<name>.py``, executed under ``module_name`` (benchmarks are scripts,
+    not a package) and registered in ``sys.modules`` under it, as an import would (dataclasses need it)."""
     import importlib.util
+    import sys
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(module_name or f"benchmark_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
