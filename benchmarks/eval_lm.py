@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
 
+from elmokit.formats import resolve_model_path  # noqa: E402
 from elmokit.io import atomic_path  # noqa: E402
 
 
@@ -85,9 +86,10 @@ def main() -> int:
         print(f"{name}: forward {r.forward:.1f}  backward {r.backward:.1f}  average {r.average:.1f}  "
               f"({r.num_tokens:,} tokens, OOV {100 * entry['oov_rate']:.1f}%)", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, "results": results}, indent=1) + "\n")
-    if args.update_card:
-        update_card(Path(args.model), results, " ".join(["python", "benchmarks/eval_lm.py", *sys.argv[1:]]))
+        with atomic_path(args.json) as tmp:
+            Path(tmp).write_text(json.dumps({"model": args.model, "results": results}, indent=1) + "\n")
+    if args.update_card:  # the card of a shipped name ("default", "zh") is the package's folder
+        update_card(resolve_model_path(args.model), results, " ".join(["python", "benchmarks/eval_lm.py", *sys.argv[1:]]))
     return 0
 
 

@@ -81,7 +81,9 @@ class BiLMConfig:
 
 # Named architectures. `original` is elmo_2x4096_512_2048cnn_2xhighway; `allennlp_small` and
 # `allennlp_medium` the published 2x1024_128 and 2x2048_256 shapes; `small` a CPU-sized one
-# (512-filter CNN); `tiny` is for tests. The trainable presets carry bilm-tf's dropout 0.1.
+# (512-filter CNN); `compact` half of its CNN and a 256-cell LSTM projected to 96 (4.3 MB of fp32 weights,
+# with a 12k-word softmax of 4.7 MB: every file under 5 MB; the shipped `zh`); `tiny` is for tests. The
+# trainable presets carry bilm-tf's dropout 0.1.
 PRESETS: dict[str, BiLMConfig] = {
     "tiny": BiLMConfig(
         char_embedding_dim=4,
@@ -95,6 +97,13 @@ PRESETS: dict[str, BiLMConfig] = {
         n_highway=1,
         lstm_dim=1024,
         projection_dim=128,
+        dropout=0.1,
+    ),
+    "compact": BiLMConfig(
+        filters=((1, 16), (2, 16), (3, 32), (4, 64), (5, 128)),
+        n_highway=1,
+        lstm_dim=256,
+        projection_dim=96,
         dropout=0.1,
     ),
     "allennlp_small": BiLMConfig(n_highway=1, lstm_dim=1024, projection_dim=128, dropout=0.1),

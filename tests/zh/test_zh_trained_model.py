@@ -1,8 +1,7 @@
-"""A Chinese model trained by docs/chinese.md's commands (not shipped: the repository keeps files over 5 MB for
-the English default only), named by ``ELMOKIT_ZH_MODEL``: its card tells the truth about it, raw Chinese lines
-are cut by the segmenter it was trained with (``elmokit embed --model DIR`` on raw lines), and it is a trained
-language model (slow: against a unigram oracle). Skipped, with the reason, when no such folder is named
-(default: runs/zh_model/model of the checkout, where those commands put it)."""
+"""The shipped Chinese model (``zh``; or the folder named by ``ELMOKIT_ZH_MODEL``, e.g. the larger biLM that
+``benchmarks/zh_results.py --steps large`` builds): its card tells the truth about it, raw Chinese lines are
+cut by the segmenter it was trained with (``elmokit embed --model zh`` on raw lines), it fits the repository's
+size rule, and it is a trained language model (slow: against a unigram oracle)."""
 
 from __future__ import annotations
 
@@ -10,30 +9,35 @@ import math
 import os
 import re
 from collections import Counter
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
 from elmokit import Embedder
+from elmokit.formats import resolve_model_path
 
 pytest.importorskip("jieba", reason="the zh model records jieba: pip install 'elmokit[zh]'")
 
-ZH = Path(os.environ.get("ELMOKIT_ZH_MODEL", Path(__file__).resolve().parents[2] / "runs" / "zh_model" / "model"))
-NAME = str(ZH)
-if not (ZH / "lm.json").is_file():
-    pytest.skip(f"no trained Chinese model at {ZH}: build one with `python benchmarks/zh_results.py --steps "
-                "corpus,model,card` and set ELMOKIT_ZH_MODEL", allow_module_level=True)
+NAME = os.environ.get("ELMOKIT_ZH_MODEL", "zh")
+ZH = resolve_model_path(NAME)
 RAW = ["我爱北京天安门。", "１９９８年新年讲话，iPhone 15 和 GPU 都是外来词😀", "神说：要有光！"]
 
 
 def test_its_card_matches_the_files():
     card = (ZH / "README.md").read_text(encoding="utf-8")
-    embedder = Embedder.load(ZH)
+    embedder = Embedder.load(NAME)
     params = int(re.search(r"parameters: ([\d,]+) in the biLM", card).group(1).replace(",", ""))
     assert sum(p.numel() for p in embedder.bilm.parameters()) == params
     assert '"kind": "jieba"' in card
+
+
+@pytest.mark.skipif(NAME != "zh", reason="the size rule binds the shipped model only")
+def test_the_shipped_model_has_every_file_under_5_mb_and_loads_by_name():
+    files = {path.name: path.stat().st_size for path in ZH.iterdir()}
+    assert {"config.json", "model.safetensors", "lm.safetensors", "lm.json", "vocab.txt"} <= set(files)
+    assert max(files.values()) < 5_000_000, files
+    assert Embedder.load("zh").dim == 2 * 96  # the compact preset: 2 x 96 (forward and backward projections)
 
 
 def test_raw_chinese_lines_are_cut_by_jieba_and_embedded_as_those_words(tmp_path):
@@ -65,7 +69,7 @@ def test_zh_model_predicts_held_out_peoples_daily_far_better_than_a_unigram_mode
 
     source = need_shared("data", "zh", "peoples_daily_199801", "199801.txt")
     model, vocabulary, info = LanguageModel.load(ZH)
-    embedder = Embedder.load(ZH)
+    embedder = Embedder.load(NAME)
     cut = info["max_length"]
     test = read_peoples_daily(source, "test")
     sentences = [embedder.tokenize("".join(words))[:cut] for words in test.sentences[:80]]

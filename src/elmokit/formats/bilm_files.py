@@ -16,7 +16,7 @@ from elmokit.formats.native import CONFIG_NAME, ModelFolderError, read_native, w
 from elmokit.warm_state import load_warm_state
 
 # Models shipped inside the package, loadable by name without any download.
-SHIPPED_MODELS = ("default",)
+SHIPPED_MODELS = ("default", "zh")
 
 # What `elmokit train` writes beside the weights: vocabulary size, tokenizer, ... (training.lm.LM_INFO_NAME).
 LM_INFO_NAME = "lm.json"
