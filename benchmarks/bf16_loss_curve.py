@@ -5,7 +5,7 @@
     python benchmarks/bf16_loss_curve.py --report-only   # rebuild the docs part from the JSON
 
 Two ``elmokit train`` runs that differ only in ``--bf16``: the default English model's shape (``small``
-with 512 LSTM cells, 4,096 sampled negatives), its vocabulary, 64 sentences of at most 40 tokens a step from
+with 512 LSTM cells, 4,096 sampled negatives), its vocabulary and tokenizer, 64 sentences of at most 40 tokens a step from
 ``../shared/data/gutenberg_en`` in the same order (seed 0), one torch thread. Validation is the trainer's
 full-softmax perplexity, always in fp32 (autocast covers the training forward pass only), on the first 500
 lines of gutenberg_en valid every quarter of the run, so the curves compare what each run learnt, not how
@@ -48,7 +48,7 @@ def train_command(out: Path, steps: int, extra: list[str]) -> list[str]:
     data = Path(os.path.relpath(shared_data() / "gutenberg_en", REPO))  # run from the checkout: no machine paths
     return ["elmokit", "train", "--corpus", str(data / "train.*.txt.xz"), "--valid", str(data / "valid.txt.xz"),
             "--vocab", "src/elmokit/models/default/vocab.txt", "--preset", "small", "--set", "lstm_dim=512",
-            "--max-length", "40", "--batch-size", "64", "--negatives", "4096", "--max-steps", str(steps),
+            "--tokenizer", "regex", "--max-length", "40", "--batch-size", "64", "--negatives", "4096", "--max-steps", str(steps),
             "--valid-every", str(max(1, steps // 4)), "--valid-sentences", "500", "--log-every", "10",
             "--checkpoint-every", str(steps), "--threads", "1", "--seed", "0", *extra, "--out",
             str(out.relative_to(REPO))]
@@ -109,7 +109,9 @@ def report(record: dict) -> str:
         f"Median logged tokens/s: fp32 {fp32['median_tokens_per_s']:,.0f}, bf16 {bf16['median_tokens_per_s']:,.0f} "
         f"(wall {fp32['wall_s'] / 60:.1f} and {bf16['wall_s'] / 60:.1f} min, validation included); steps skipped for a "
         f"non-finite loss: {fp32['skipped_nonfinite']} and {bf16['skipped_nonfinite']}. One seed: the difference "
-        "between the curves is a single draw of the rounding, not an interval.",
+        "between the curves is a single draw of the rounding, not an interval. Under autocast the LSTM runs its "
+        "per-step autograd loop (`nn/lstm.py`: the hand-written backward through time is fp32 only), so on this "
+        "CPU bf16 trades the fused LSTM backward for bf16 products; where it ends up slower, that is why.",
         "",
         "Command: `python benchmarks/bf16_loss_curve.py" + ("" if steps == 600 else f" --steps {steps}") + "` "
         "(raw curves: `docs/benchmarks/bf16_loss_curve.json`).",
