@@ -177,7 +177,7 @@ def comparison(previous: Path, out: Path, model_description: str = "") -> list[s
              f"weights sha256 `{about.get('sha256', '?')[:16]}`, its JSON kept in `{previous.relative_to(REPO).as_posix()}/`) "
              f"and on this one ({model_description or 'the shipped default'}). One seed each.", "",
              "| measure | previous default | this default | change |", "|---|---:|---:|---:|"]
-    lines += [f"| {label} | {old[label]:.1f} | {new[label]:.1f} | {new[label] - old[label]:+.1f} |" for label in shared]
+    lines += [f"| {label} | {old[label]:.2f} | {new[label]:.2f} | {new[label] - old[label]:+.2f} |" for label in shared]
     return lines + [""]
 
 

@@ -26,9 +26,9 @@ def test_the_comparison_lists_shared_measures_with_their_change(tmp_path, monkey
     (old / "model.json").write_text(json.dumps({"sha256": "ab" * 32, "description": "10M tokens"}))
     lines = script.comparison(old, new, "`default`, weights sha256 `cd`")
     text = "\n".join(lines)
-    assert "| POS probe, layer 1 | 91.0 | 92.2 | +1.2 |" in text  # 92.25 - 91.0 = +1.25
-    assert "| POS probe, layer 2 | 91.5 | 91.5 | +0.0 |" in text
-    assert "| WSD F1, layer 0 | 46.0 | 47.0 | +1.0 |" in text and "WSD F1, layer 1" not in text
-    assert "| ws353 Spearman x 100, layer 0 | 4.0 | 10.0 | +6.0 |" in text
+    assert "| POS probe, layer 1 | 91.00 | 92.25 | +1.25 |" in text
+    assert "| POS probe, layer 2 | 91.50 | 91.50 | +0.00 |" in text
+    assert "| WSD F1, layer 0 | 46.00 | 47.00 | +1.00 |" in text and "WSD F1, layer 1" not in text
+    assert "| ws353 Spearman x 100, layer 0 | 4.00 | 10.00 | +6.00 |" in text
     assert "10M tokens; weights sha256 `abababababababab`" in text and "`previous/`" in text
     assert script.comparison(old, tmp_path / "empty") == []  # nothing shared: no table at all
