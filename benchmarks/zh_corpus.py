@@ -4,7 +4,7 @@
 
 Lines are raw, unsegmented Chinese (the words of a People's Daily paragraph joined without
 spaces, a Bible verse with its typographic spaces removed), so the model is trained on exactly
-what a user gives it: `elmokit train --tokenizer jieba` cuts them, as `elmokit embed --model runs/zh_model/model`
+what a user gives it: `elmokit train --tokenizer jieba` cuts them, as `elmokit embed --model zh`
 will. Held out (never in train.txt): People's Daily's dev and test paragraphs by the split of
 `elmokit.tasks.zh_data` (the Chinese POS task's dev/test), and the books of Romans (valid) and Acts
 (test), the books the CoVe study holds out. train.txt is shuffled (seed 0): the trainer's shuffle

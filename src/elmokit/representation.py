@@ -9,7 +9,7 @@ config.json of every task model trained on it so that prediction rebuilds the sa
 
     {"kind": "elmo", "model": "default"}                        # shipped name or model folder
     {"kind": "elmo", "model": "/runs/lm", "initial_state": "warm"}
-    {"kind": "elmo", "model": "runs/zh_model/model", "align": "chars"}  # character tokens, each given its word's vectors
+    {"kind": "elmo", "model": "zh", "align": "chars"}  # character tokens, each given its word's vectors
     {"kind": "elmo-original", "options_file": ".../options.json", "weight_file": ".../weights.hdf5"}
     {"kind": "vectors", "path": ".../vectors.txt"}              # a static table: run folder or file
     {}                                                          # no representation (a baseline)

@@ -3,8 +3,8 @@
     elmokit eval similarity --vectors runs/static/sgns --vectors glove.6B.100d.txt --out sim.json
     elmokit eval pos --model default --epochs 3 --max-train-sentences 2000 --out pos.json
     elmokit eval ner --vectors runs/static/sgns --datasets wnut17 --out ner.json
-    elmokit eval ner --model runs/zh_model/model --datasets weibo,resume --out zh_ner.json
-    elmokit eval cws --model runs/zh_model/model --max-train-sentences 2000 --max-dev-sentences 300 --out zh_cws.json
+    elmokit eval ner --model zh --datasets weibo,resume --out zh_ner.json
+    elmokit eval cws --model zh --max-train-sentences 2000 --max-dev-sentences 300 --out zh_cws.json
 
 similarity: word similarity (Spearman) and analogy (3CosAdd).
 pos / ner: a BiLSTM-CRF tagger trained with the representation and without it (UPOS accuracy on
