@@ -75,7 +75,8 @@ def register(subparsers) -> None:
     parser.add_argument("--vocab", default=None,
                         help="output vocabulary (bilm-tf format, from `elmokit vocab`) (default: the resumed run's)")
     parser.add_argument("--preset", default=None,
-                        help="architecture from the presets table (tiny, small, allennlp_small, allennlp_medium, original) "
+                        help="architecture from the presets table (tiny, small, compact, allennlp_small, allennlp_medium, "
+                        "original) "
                         "(default: the resumed run's)")
     parser.add_argument("--config", default=None,
                         help="architecture from a file: an elmokit config.json or an original options.json (default: none)")
