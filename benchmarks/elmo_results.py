@@ -430,7 +430,6 @@ def main() -> int:
     previous = Path(args.compare) if args.compare and Path(args.compare).is_dir() else None
     description = ""
     if previous is not None:
-        sys.path.insert(0, str(REPO / "src"))
         description = f"`{args.model}`, weights sha256 `{weights_sha256(args.model)[:16]}`"
     report = build_report(out, REPO / "docs" / "results" / "plots", previous, description)
     results = Path(args.results)

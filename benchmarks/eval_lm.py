@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -89,7 +90,7 @@ def main() -> int:
         with atomic_path(args.json) as tmp:
             Path(tmp).write_text(json.dumps({"model": args.model, "results": results}, indent=1) + "\n")
     if args.update_card:  # the card of a shipped name ("default", "zh") is the package's folder
-        update_card(resolve_model_path(args.model), results, " ".join(["python", "benchmarks/eval_lm.py", *sys.argv[1:]]))
+        update_card(resolve_model_path(args.model), results, shlex.join(["python", "benchmarks/eval_lm.py", *sys.argv[1:]]))
     return 0
 
 
