@@ -5,7 +5,14 @@ import pytest
 import torch
 
 from elmokit.nn import functional
-from elmokit.nn.functional import MIN_GEMM_ROWS, PreparedWeight, invariant_linear, sigmoid
+from elmokit.nn.functional import (
+    MAX_MATMUL_BLOCK_ROWS,
+    MIN_GEMM_ROWS,
+    PreparedWeight,
+    invariant_linear,
+    invariant_matmul,
+    sigmoid,
+)
 
 # "bf16" runs the CPU's own bf16 path (oneDNN kernels where the CPU has them, else the emulation);
 # "bf16-emulated" forces the emulation, so that both bf16 paths are covered on any CPU.
@@ -36,6 +43,28 @@ def test_linear_row_results_do_not_depend_on_the_batch(in_dim, out_dim, threads)
             order = torch.randperm(70, generator=generator)[:rows]
             assert torch.equal(invariant_linear(x[order], weight, bias), alone[order]), rows
         assert torch.equal(invariant_linear(x.view(7, 10, in_dim), weight, bias).view(70, -1), alone)
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("in_dim, out_dim", [(6, 5), (5, 44), (128, 512), (2048, 128), (4096, 256)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul_row_results_do_not_depend_on_the_batch(in_dim, out_dim, threads):
+    """x @ W with W stored (in, out), the LSTM backward's layout: each row alone (padded) equals
+    the row in any batch, across the row blocks; and the values are x @ W (float64 oracle)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        generator = torch.Generator().manual_seed(in_dim + out_dim)
+        weight = torch.randn(in_dim, out_dim, generator=generator)
+        x = torch.randn(200, in_dim, generator=generator)
+        alone = torch.cat([invariant_matmul(x[i : i + 1], weight) for i in range(200)])
+        for rows in (1, MIN_GEMM_ROWS - 1, MIN_GEMM_ROWS, 33, MAX_MATMUL_BLOCK_ROWS, MAX_MATMUL_BLOCK_ROWS + 1, 200):
+            order = torch.randperm(200, generator=generator)[:rows]
+            assert torch.equal(invariant_matmul(x[order], weight), alone[order]), rows
+        exact = x.double() @ weight.double()
+        torch.testing.assert_close(alone.double(), exact, rtol=1e-4, atol=1e-4 * in_dim**0.5)
+        assert invariant_matmul(x[:0], weight).shape == (0, out_dim)
     finally:
         torch.set_num_threads(previous)
 

@@ -68,16 +68,39 @@ class CharCNNEncoder(nn.Module):
         return self.encode_unique(unique)[inverse]
 
     def _forward_differentiable(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Training: the same windows as ``encode_unique`` (a window that starts after a token's
+        last character reads padding only and has one value c_f per filter, computed once), through
+        differentiable products. Forward values are bit-identical to convolving all C positions
+        (every product is row-invariant; the max is exact); the gradient is the same up to the
+        order of summation: where the maximum is an all-padding window, max-pooling over the full
+        width splits its gradient evenly among the k identical windows, which sums to this one
+        window's (tests/test_char_encoder_training.py checks against conv1d in float64).
+        """
         activation = ACTIVATIONS[self.activation_name]
-        x = self.char_embedding(char_ids)  # (N, C, E)
-        pooled = []
-        for conv in self.convs:
-            num, dim, width = conv.weight.shape
-            windows = x.unfold(1, width, 1).transpose(2, 3)  # (N, C - w + 1, w, E)
-            windows = windows.reshape(*windows.shape[:2], width * dim)
-            kernel = conv.weight.permute(0, 2, 1).reshape(num, width * dim)  # (n, w * E)
-            pooled.append(invariant_linear(windows, kernel, conv.bias).amax(dim=1))  # (N, n)
-        h = activation(torch.cat(pooled, dim=-1))  # (N, F)
+        num_chars = char_ids.shape[1]
+        lengths = (char_ids != PADDING_CHAR_ID).sum(dim=1)  # (N,) non-padding characters
+        order = torch.argsort(lengths, descending=True, stable=True)
+        pad_window = self.char_embedding.weight[PADDING_CHAR_ID]  # (E,)
+        kernels = [conv.weight.permute(0, 2, 1).reshape(conv.weight.shape[0], -1) for conv in self.convs]  # (n, w * E)
+        max_width = max(conv.weight.shape[2] for conv in self.convs)
+        pooled_rows = []
+        for start in range(0, len(order), _GROUP_SIZE):
+            group = order[start : start + _GROUP_SIZE]
+            longest = int(lengths[group[0]])
+            x = self.char_embedding(char_ids[group, : min(longest + max_width - 1, num_chars)])  # (n, <= C, E)
+            per_filter = []
+            for kernel, conv in zip(kernels, self.convs):
+                width = conv.weight.shape[2]
+                num_windows = min(longest, num_chars - width + 1)
+                windows = x[:, : num_windows + width - 1].unfold(1, width, 1).transpose(2, 3)
+                windows = windows.reshape(*windows.shape[:2], -1)  # (n, S, w * E)
+                pooled = invariant_linear(windows, kernel, conv.bias).amax(dim=1)  # (n, n_f)
+                if num_windows < num_chars - width + 1:  # the all-padding windows' value joins the max
+                    padding_value = invariant_linear(pad_window.repeat(width)[None], kernel, conv.bias)  # (1, n_f)
+                    pooled = torch.maximum(pooled, padding_value)
+                per_filter.append(pooled)
+            pooled_rows.append(torch.cat(per_filter, dim=-1))
+        h = activation(torch.cat(pooled_rows)[torch.argsort(order)])  # (N, F), original order
         h = self.highway(h)
         if self.projection is None:
             return h

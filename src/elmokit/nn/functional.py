@@ -45,6 +45,35 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return F.linear(flat, weight, bias)[:rows, :out_dim].reshape(*x.shape[:-1], out_dim)
 
 
+MAX_MATMUL_BLOCK_ROWS = 64
+
+
+def invariant_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight`` for x (rows, in) and a weight stored (in, out), rounded the same way for any
+    number of rows: rows are padded to MIN_GEMM_ROWS and multiplied in blocks of at most
+    MAX_MATMUL_BLOCK_ROWS (MKL's kernel for this layout was seen to change its summation order
+    from ~190 rows on), widths padded like ``invariant_linear``'s.
+
+    Why not ``invariant_linear(x, weight.t())``: for skinny x and a long reduction into a narrow
+    output (the LSTM backward's ``dgates_t W_h``: n x 4D times 4D x P) MKL's ``x @ W^T`` kernel ran
+    2-4x slower than ``x @ W`` here (n = 8-64, 4D = 2048, P = 128, one thread).
+    """
+    in_dim, out_dim = weight.shape
+    width_pad = -out_dim % GEMM_WIDTH_MULTIPLE
+    if width_pad:
+        weight = torch.cat([weight, weight.new_zeros(in_dim, width_pad)], dim=1)
+    blocks = []
+    for block in x.split(MAX_MATMUL_BLOCK_ROWS):
+        rows = block.shape[0]
+        if rows < MIN_GEMM_ROWS:
+            block = torch.cat([block, block.new_zeros(MIN_GEMM_ROWS - rows, in_dim)])
+        blocks.append(torch.mm(block, weight)[:rows])
+    if not blocks:
+        return x.new_zeros(0, out_dim)
+    out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+    return out[:, :out_dim] if width_pad else out
+
+
 def invariant_scores(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """``rows @ queries.T`` (N, B) in float32 for ranking: each row's scores are rounded the same
     way wherever the row sits and however many rows are scored, so identical rows tie exactly
