@@ -2,6 +2,7 @@
 
     python benchmarks/ptb_lm.py --out runs/ptb --epochs 10 --eval-every-epoch
     python benchmarks/ptb_lm.py --out runs/ptb --max-steps 3000 --chunk-steps 500   # CPU budget
+    python benchmarks/ptb_lm.py --out runs/ptb --evaluate-only   # the run's latest model, on test
 
 Anchor: Kim et al. 2016 ("Character-Aware Neural Language Models"), LSTM-Char-Small, 5M
 parameters: 92.3 test perplexity (forward LM, 25 epochs, state carried through the test stream).
@@ -12,6 +13,10 @@ Differences that make our number *not* directly comparable (reported next to it)
 * every sentence (line) starts from a zero state (elmokit's stateless setting), so the first
   words of each sentence have no context; Kim et al. read the test set as one stream;
 * the forward perplexity counts every word and one </S> per line (like Mikolov's <eos>).
+
+Two test numbers are reported: every sentence from a zero state (elmokit's setting, as trained), and
+the forward LM reading the test set as one stream (``stream_forward_perplexity``: each sentence starts
+from the state the previous one ended in), the protocol of Kim et al. and Zaremba et al.
 
 The data is Mikolov's PTB (`../shared/data/ptb_mikolov`, LDC licence: evaluation only, never
 committed). Vocabulary: the 10k training types (incl. the literal `<unk>`), plus <S> </S> <UNK>.
@@ -57,12 +62,14 @@ def main() -> int:
     parser.add_argument("--valid-sentences", type=int, default=1000, help="valid sentences per evaluation (default 1000)")
     parser.add_argument("--test-sentences", type=int, default=None,
                         help="only the first N test sentences (a quick check; default all)")
+    parser.add_argument("--evaluate-only", action="store_true",
+                        help="no training: evaluate the run's latest model (OUT/model) on test, write OUT/ptb_eval.json")
     args = parser.parse_args()
-    if (args.max_steps is None) == (args.epochs is None):
+    if not args.evaluate_only and (args.max_steps is None) == (args.epochs is None):
         parser.error("give exactly one of --max-steps and --epochs")
 
     from elmokit.bilm import BiLMConfig
-    from elmokit.evaluation.perplexity import perplexity
+    from elmokit.evaluation.perplexity import perplexity, stream_forward_perplexity
     from elmokit.text.corpus import Corpus
     from elmokit.training.config import TrainingConfig
     from elmokit.training.lm import LanguageModel
@@ -75,6 +82,14 @@ def main() -> int:
         return 2
     torch.set_num_threads(args.threads)
     out = Path(args.out)
+    test_corpus = Corpus(str(ptb / "ptb.test.txt"), limit_lines=args.test_sentences)
+    if args.evaluate_only:
+        lm, vocabulary, info = LanguageModel.load(out / "model")
+        summary = {"steps": info.get("trained_steps"), "training_tokens": info.get("trained_tokens"),
+                   **test_numbers(lm, vocabulary, test_corpus, perplexity, stream_forward_perplexity)}
+        (out / "ptb_eval.json").write_text(json.dumps(summary, indent=1) + "\n")
+        print(json.dumps(summary, indent=1))
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     vocab_path = out.parent / (out.name + ".vocab.txt")
     if not vocab_path.exists():
@@ -102,19 +117,26 @@ def main() -> int:
         step = result.step
         if finished:
             break
-    test = perplexity(lm, vocabulary, Corpus(str(ptb / "ptb.test.txt"), limit_lines=args.test_sentences))
     n_params = sum(p.numel() for p in lm.parameters())
     summary = {
         "parameters_total": n_params,
         "parameters_bilm": sum(p.numel() for p in lm.bilm.parameters()),
-        "test_forward_ppl": test.forward, "test_backward_ppl": test.backward, "test_average_ppl": test.average,
+        **test_numbers(lm, vocabulary, test_corpus, perplexity, stream_forward_perplexity),
         "steps": step, "training_tokens": result.tokens, "wall_hours": (time.time() - began) / 3600,
-        "test_sentences": test.num_sentences, "threads": args.threads, "curve": curve,
+        "threads": args.threads, "curve": curve,
         "anchor": "Kim et al. 2016 LSTM-Char-Small: 92.3 (5M params)",
     }
     (out / "ptb_result.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "curve"}, indent=1))
     return 0
+
+
+def test_numbers(lm, vocabulary, test_corpus, perplexity, stream_forward_perplexity) -> dict:
+    """Test perplexities: every sentence from a zero state, and the forward LM over the stream."""
+    test = perplexity(lm, vocabulary, test_corpus)
+    stream = stream_forward_perplexity(lm, vocabulary, test_corpus)
+    return {"test_forward_ppl": test.forward, "test_backward_ppl": test.backward, "test_average_ppl": test.average,
+            "test_stream_forward_ppl": stream.forward, "test_sentences": test.num_sentences}
 
 
 if __name__ == "__main__":

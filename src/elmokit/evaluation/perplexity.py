@@ -96,3 +96,50 @@ def perplexity(
         forward_nll=fwd_total, backward_nll=bwd_total, num_targets=n_targets,
         num_sentences=n_sentences, num_tokens=n_tokens, num_oov=n_oov,
     )
+
+
+@dataclass
+class StreamPerplexityResult:
+    """Forward perplexity of a text read as one stream (the LSTM state carried across sentences)."""
+
+    forward: float
+    forward_nll: float  # nats, summed
+    num_targets: int  # tokens + one </S> per sentence
+    num_sentences: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def stream_forward_perplexity(model, vocabulary, sentences: Iterable[Sequence[str]], *,
+                              device: str | torch.device = "cpu") -> StreamPerplexityResult:
+    """The forward LM's perplexity with the text read in order as one stream: each sentence is
+    still framed ``<S> w_1 .. w_n </S>``, but its LSTMs start from the state the previous sentence
+    ended in (the biLM's ``stateful`` mode, one row), not from zero. This is how Kim et al. (2016)
+    and Zaremba et al. (2014) evaluate on PTB (they carry the state through the whole test set).
+    Only the forward direction is meaningful here: a stream's backward LM would need the state of
+    the text that follows. The model's stateful setting and carried state are restored after."""
+    model.eval()
+    bilm = model.bilm
+    was_stateful = bilm.stateful
+    bilm.stateful = True
+    bilm.reset_states()
+    total, n_targets, n_sentences = 0.0, 0, 0
+    try:
+        with torch.no_grad():
+            for sentence in sentences:
+                if not sentence:
+                    continue
+                sentence = list(sentence)
+                word_ids = torch.tensor([vocabulary.ids(sentence)], dtype=torch.long, device=device)
+                out = model(batch_to_ids([sentence]).to(device), word_ids)
+                total += float(out.forward_nll)
+                n_targets += out.num_targets
+                n_sentences += 1
+    finally:
+        bilm.reset_states()
+        bilm.stateful = was_stateful
+    if n_targets == 0:
+        raise NoSentencesError("no sentences to evaluate (none given, or all empty)")
+    return StreamPerplexityResult(forward=math.exp(total / n_targets), forward_nll=total, num_targets=n_targets,
+                                  num_sentences=n_sentences)
