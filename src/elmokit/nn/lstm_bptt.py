@@ -19,9 +19,9 @@ Rows are sorted by length and stored packed, time-major (PackedSequence's layout
 the n_t rows still running), so padded positions are never computed, in either direction. Every
 product that a row's result flows through is row-invariant (``invariant_linear``; in the backward
 loop ``invariant_matmul``, which multiplies by the weights as stored: faster here for these skinny
-products than through their transposes), so a row's outputs and its input/state gradients do not depend on the other rows; the forward pass
-does the same floating-point operations in the same order as the plain loop, so its outputs are
-bit-identical to it (tests/test_lstm_backward.py).
+products than through their transposes), so a row's outputs and its input/state gradients do not
+depend on the other rows; the forward pass does the same floating-point operations in the same
+order as the plain loop, so its outputs are bit-identical to it (tests/test_lstm_backward.py).
 
 Gradients of the clips are those of ``torch.clamp``: 1 inside [-clip, clip], boundaries
 included, 0 outside. Sigmoid's derivative is taken as s (1 - s) (the plain loop differentiates
