@@ -265,15 +265,20 @@ def _nll_over(hidden, targets, weight, bias, class_ids, correction):
     minus ``correction`` of its id), a class equal to the row's target left out."""
     hidden = _at_least_float32(hidden)
     with torch.autocast(device_type=hidden.device.type, enabled=False):
-        w_t, b_t = rows(weight, targets).to(hidden.dtype), rows(bias, targets).to(hidden.dtype)
+        if class_ids is None:  # every class: the full softmax
+            w_t, b_t = rows(weight, targets).to(hidden.dtype), rows(bias, targets).to(hidden.dtype)
+        else:  # targets and candidates in one gather: one dense gradient of the table, not two to add
+            n = len(targets)
+            w_all = rows(weight, torch.cat([targets, class_ids])).to(hidden.dtype)
+            b_all = rows(bias, torch.cat([targets, class_ids])).to(hidden.dtype)
+            (w_t, w_c), (b_t, b_c) = (w_all[:n], w_all[n:]), (b_all[:n], b_all[n:])
         true = (hidden * w_t).sum(-1) + b_t  # (M,)
         if correction is not None:
             true = true - correction[targets].to(hidden.dtype)
-        if class_ids is None:  # every class: the full softmax
+        if class_ids is None:
             w_c, b_c = weight.to(hidden.dtype), bias.to(hidden.dtype)
             hit_rows, hit_cols = torch.arange(len(targets), device=targets.device), targets
         else:
-            w_c, b_c = rows(weight, class_ids).to(hidden.dtype), rows(bias, class_ids).to(hidden.dtype)
             if correction is not None:
                 b_c = b_c - correction[class_ids].to(hidden.dtype)
             column = torch.full((weight.shape[0],), -1, dtype=torch.long, device=targets.device)
