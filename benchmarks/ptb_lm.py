@@ -69,7 +69,7 @@ def main() -> int:
         parser.error("give exactly one of --max-steps and --epochs")
 
     from elmokit.bilm import BiLMConfig
-    from elmokit.evaluation.perplexity import perplexity, stream_forward_perplexity
+    from elmokit.evaluation.perplexity import perplexity
     from elmokit.text.corpus import Corpus
     from elmokit.training.config import TrainingConfig
     from elmokit.training.lm import LanguageModel
@@ -86,7 +86,7 @@ def main() -> int:
     if args.evaluate_only:
         lm, vocabulary, info = LanguageModel.load(out / "model")
         summary = {"steps": info.get("trained_steps"), "training_tokens": info.get("trained_tokens"),
-                   **test_numbers(lm, vocabulary, test_corpus, perplexity, stream_forward_perplexity)}
+                   **test_numbers(lm, vocabulary, test_corpus)}
         (out / "ptb_eval.json").write_text(json.dumps(summary, indent=1) + "\n")
         print(json.dumps(summary, indent=1))
         return 0
@@ -121,7 +121,7 @@ def main() -> int:
     summary = {
         "parameters_total": n_params,
         "parameters_bilm": sum(p.numel() for p in lm.bilm.parameters()),
-        **test_numbers(lm, vocabulary, test_corpus, perplexity, stream_forward_perplexity),
+        **test_numbers(lm, vocabulary, test_corpus),
         "steps": step, "training_tokens": result.tokens, "wall_hours": (time.time() - began) / 3600,
         "threads": args.threads, "curve": curve,
         "anchor": "Kim et al. 2016 LSTM-Char-Small: 92.3 (5M params)",
@@ -131,10 +131,13 @@ def main() -> int:
     return 0
 
 
-def test_numbers(lm, vocabulary, test_corpus, perplexity, stream_forward_perplexity) -> dict:
+def test_numbers(lm, vocabulary, test_corpus) -> dict:
     """Test perplexities: every sentence from a zero state, and the forward LM over the stream."""
-    test = perplexity(lm, vocabulary, test_corpus)
-    stream = stream_forward_perplexity(lm, vocabulary, test_corpus)
+    from elmokit.evaluation.perplexity import perplexity, stream_forward_perplexity
+
+    sentences = list(test_corpus)  # read once for both
+    test = perplexity(lm, vocabulary, sentences)
+    stream = stream_forward_perplexity(lm, vocabulary, sentences)
     return {"test_forward_ppl": test.forward, "test_backward_ppl": test.backward, "test_average_ppl": test.average,
             "test_stream_forward_ppl": stream.forward, "test_sentences": test.num_sentences}
 

@@ -68,39 +68,15 @@ class CharCNNEncoder(nn.Module):
         return self.encode_unique(unique)[inverse]
 
     def _forward_differentiable(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Training: the same windows as ``encode_unique`` (a window that starts after a token's
-        last character reads padding only and has one value c_f per filter, computed once), through
-        differentiable products. Forward values are bit-identical to convolving all C positions
-        (every product is row-invariant; the max is exact); the gradient is the same up to the
-        order of summation: where the maximum is an all-padding window, max-pooling over the full
-        width splits its gradient evenly among the k identical windows, which sums to this one
-        window's (tests/test_char_encoder_training.py checks against conv1d in float64).
+        """Training: the windows of ``encode_unique`` through differentiable products. Forward values
+        are bit-identical to convolving all C positions (every product is row-invariant; the max is
+        exact); the gradient is the same up to the order of summation: where the maximum is an
+        all-padding window, max-pooling over the full width splits its gradient evenly among the k
+        identical windows, which sums to this one window's (tests/test_char_encoder_training.py
+        checks against conv1d in float64).
         """
-        activation = ACTIVATIONS[self.activation_name]
-        num_chars = char_ids.shape[1]
-        lengths = (char_ids != PADDING_CHAR_ID).sum(dim=1)  # (N,) non-padding characters
-        order = torch.argsort(lengths, descending=True, stable=True)
-        pad_window = self.char_embedding.weight[PADDING_CHAR_ID]  # (E,)
-        kernels = [conv.weight.permute(0, 2, 1).reshape(conv.weight.shape[0], -1) for conv in self.convs]  # (n, w * E)
-        max_width = max(conv.weight.shape[2] for conv in self.convs)
-        pooled_rows = []
-        for start in range(0, len(order), _GROUP_SIZE):
-            group = order[start : start + _GROUP_SIZE]
-            longest = int(lengths[group[0]])
-            x = self.char_embedding(char_ids[group, : min(longest + max_width - 1, num_chars)])  # (n, <= C, E)
-            per_filter = []
-            for kernel, conv in zip(kernels, self.convs):
-                width = conv.weight.shape[2]
-                num_windows = min(longest, num_chars - width + 1)
-                windows = x[:, : num_windows + width - 1].unfold(1, width, 1).transpose(2, 3)
-                windows = windows.reshape(*windows.shape[:2], -1)  # (n, S, w * E)
-                pooled = invariant_linear(windows, kernel, conv.bias).amax(dim=1)  # (n, n_f)
-                if num_windows < num_chars - width + 1:  # the all-padding windows' value joins the max
-                    padding_value = invariant_linear(pad_window.repeat(width)[None], kernel, conv.bias)  # (1, n_f)
-                    pooled = torch.maximum(pooled, padding_value)
-                per_filter.append(pooled)
-            pooled_rows.append(torch.cat(per_filter, dim=-1))
-        h = activation(torch.cat(pooled_rows)[torch.argsort(order)])  # (N, F), original order
+        kernels = [(conv.weight.permute(0, 2, 1).reshape(conv.weight.shape[0], -1), conv.bias) for conv in self.convs]
+        h = ACTIVATIONS[self.activation_name](self._max_pooled(char_ids, kernels, invariant_linear))  # (N, F)
         h = self.highway(h)
         if self.projection is None:
             return h
@@ -109,45 +85,54 @@ class CharCNNEncoder(nn.Module):
     # ---- inference ---------------------------------------------------------------------------
 
     def encode_unique(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Inference on distinct spellings (N, C) -> (N, P), computing only windows that matter.
+        """Inference on distinct spellings (N, C) -> (N, P), computing only windows that matter
+        (``_max_pooled``), through the prepared (packed) products."""
 
-        A token of n non-padding characters is followed by padding characters only, so every
-        window that starts at or after n reads the same padding and gives the same value c_f
-        per filter, for every token. Tokens are grouped by length; each group computes only the
-        windows that start before its longest token ends, and c_f (computed once) joins the max
-        wherever the full-width convolution would have had such a window. Because every product
-        is batch-invariant, the result is bit-identical to convolving all 50 positions.
-        """
-        activation = ACTIVATIONS[self.activation_name]
-        num_chars = char_ids.shape[1]
-        lengths = (char_ids != PADDING_CHAR_ID).sum(dim=1)  # (N,) non-padding characters
-        order = torch.argsort(lengths, descending=True, stable=True)
-        kernels = self._inference_kernels()
-        pad_window = self.char_embedding.weight.detach()[PADDING_CHAR_ID]  # (E,)
-        pooled_rows = []
-        for start in range(0, len(order), _GROUP_SIZE):
-            group = order[start : start + _GROUP_SIZE]
-            longest = int(lengths[group[0]])
-            x = self.char_embedding(char_ids[group])  # (n, C, E)
-            per_filter = []
-            for (kernel, bias), conv in zip(kernels, self.convs):
-                width = conv.weight.shape[2]
-                num_windows = min(longest, num_chars - width + 1)
-                windows = x[:, : num_windows + width - 1].unfold(1, width, 1).transpose(2, 3)
-                windows = windows.reshape(*windows.shape[:2], -1)  # (n, S, w * E)
-                pooled = packed_linear(windows, kernel, bias, precision=self.precision).amax(dim=1)  # (n, n_f)
-                if num_windows < num_chars - width + 1:  # all-padding windows exist: their value joins
-                    padding_value = packed_linear(
-                        pad_window.repeat(width)[None], kernel, bias, precision=self.precision
-                    )  # (1, n_f)
-                    pooled = torch.maximum(pooled, padding_value)
-                per_filter.append(pooled)
-            pooled_rows.append(torch.cat(per_filter, dim=-1))
-        h = activation(torch.cat(pooled_rows)[torch.argsort(order)])  # (N, F), original order
+        def product(x, kernel, bias):
+            return packed_linear(x, kernel, bias, precision=self.precision)
+
+        h = ACTIVATIONS[self.activation_name](self._max_pooled(char_ids, self._inference_kernels(), product))
         h = self.highway(h)
         if self.projection is None:
             return h
         return packed_linear(h, self.projection.weight, self.projection.bias, precision=self.precision)
+
+    def _max_pooled(self, char_ids: torch.Tensor, kernels, product) -> torch.Tensor:
+        """Each filter's maximum over a token's character windows, before the activation: (N, F).
+
+        A token of n non-padding characters is followed by padding characters only, so every
+        window that starts at or after n reads the same padding and gives the same value c_f per
+        filter, for every token. Tokens are grouped by length; each group computes only the windows
+        that start before its longest token ends, and c_f (computed once per filter) joins the max
+        wherever the full-width convolution would have had such a window. Because every product is
+        batch-invariant, the result is bit-identical to convolving all C positions. ``kernels``:
+        (n_f, w * E) matrices with their biases; ``product(x, kernel, bias)``: x kernel^T + bias.
+        """
+        num_chars = char_ids.shape[1]
+        widths = [conv.weight.shape[2] for conv in self.convs]
+        if char_ids.shape[0] == 0:
+            return self.char_embedding.weight.new_zeros(0, sum(kernel.shape[0] for kernel, _ in kernels))
+        lengths = (char_ids != PADDING_CHAR_ID).sum(dim=1)  # (N,) non-padding characters
+        order = torch.argsort(lengths, descending=True, stable=True)
+        pad_window = self.char_embedding.weight[PADDING_CHAR_ID]  # (E,)
+        padding_values: dict[int, torch.Tensor] = {}  # filter index -> c_f (1, n_f), made when first needed
+        pooled_rows = []
+        for start in range(0, len(order), _GROUP_SIZE):
+            group = order[start : start + _GROUP_SIZE]
+            longest = int(lengths[group[0]])
+            x = self.char_embedding(char_ids[group, : min(longest + max(widths) - 1, num_chars)])  # (n, <= C, E)
+            per_filter = []
+            for index, ((kernel, bias), width) in enumerate(zip(kernels, widths)):
+                num_windows = min(longest, num_chars - width + 1)
+                windows = x[:, : num_windows + width - 1].unfold(1, width, 1).transpose(2, 3)
+                pooled = product(windows.reshape(*windows.shape[:2], -1), kernel, bias).amax(dim=1)  # (n, n_f)
+                if num_windows < num_chars - width + 1:  # all-padding windows exist: their value joins
+                    if index not in padding_values:
+                        padding_values[index] = product(pad_window.repeat(width)[None], kernel, bias)
+                    pooled = torch.maximum(pooled, padding_values[index])
+                per_filter.append(pooled)
+            pooled_rows.append(torch.cat(per_filter, dim=-1))
+        return torch.cat(pooled_rows)[torch.argsort(order)]  # original order
 
     def _inference_kernels(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each Conv1d weight (n, E, w) as a matrix (n, w * E) over flattened windows; rebuilt

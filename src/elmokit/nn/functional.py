@@ -48,30 +48,33 @@ def invariant_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 MAX_MATMUL_BLOCK_ROWS = 64
 
 
+def pad_columns(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` (in, out) with zero columns up to a multiple of GEMM_WIDTH_MULTIPLE (itself if
+    none are needed): pad once outside a loop of ``invariant_matmul`` calls, then slice the result."""
+    width_pad = -weight.shape[1] % GEMM_WIDTH_MULTIPLE
+    return torch.cat([weight, weight.new_zeros(weight.shape[0], width_pad)], dim=1) if width_pad else weight
+
+
 def invariant_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight`` for x (rows, in) and a weight stored (in, out), rounded the same way for any
     number of rows: rows are padded to MIN_GEMM_ROWS and multiplied in blocks of at most
     MAX_MATMUL_BLOCK_ROWS (MKL's kernel for this layout was seen to change its summation order
-    from ~190 rows on), widths padded like ``invariant_linear``'s.
+    from ~190 rows on), widths padded like ``invariant_linear``'s (``pad_columns``).
 
     Why not ``invariant_linear(x, weight.t())``: for skinny x and a long reduction into a narrow
     output (the LSTM backward's ``dgates_t W_h``: n x 4D times 4D x P) MKL's ``x @ W^T`` kernel ran
     2-4x slower than ``x @ W`` here (n = 8-64, 4D = 2048, P = 128, one thread).
     """
     in_dim, out_dim = weight.shape
-    width_pad = -out_dim % GEMM_WIDTH_MULTIPLE
-    if width_pad:
-        weight = torch.cat([weight, weight.new_zeros(in_dim, width_pad)], dim=1)
+    weight = pad_columns(weight)
     blocks = []
-    for block in x.split(MAX_MATMUL_BLOCK_ROWS):
+    for block in x.split(MAX_MATMUL_BLOCK_ROWS):  # zero rows give one empty block
         rows = block.shape[0]
         if rows < MIN_GEMM_ROWS:
             block = torch.cat([block, block.new_zeros(MIN_GEMM_ROWS - rows, in_dim)])
         blocks.append(torch.mm(block, weight)[:rows])
-    if not blocks:
-        return x.new_zeros(0, out_dim)
     out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-    return out[:, :out_dim] if width_pad else out
+    return out[:, :out_dim] if weight.shape[1] != out_dim else out
 
 
 def invariant_scores(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from elmokit.nn.functional import invariant_linear, invariant_matmul, sigmoid_
+from elmokit.nn.functional import invariant_linear, invariant_matmul, pad_columns, sigmoid_
 
 FORGET_BIAS = 1.0
 
@@ -177,19 +177,21 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         dh = grad_h[layout.order] if grad_h is not None else acts.new_zeros(batch_size, P)
         dc = grad_c[layout.order] if grad_c is not None else acts.new_zeros(batch_size, D)
         dgates = torch.empty_like(acts)  # (N, 4D)
+        # Widths padded once here, not in every step's product (sliced back below).
+        projection_padded, hidden_padded = pad_columns(projection_weight), pad_columns(hidden_weight)
         for start, n in zip(reversed(layout.offsets), reversed(layout.counts)):
             span = slice(start, start + n)
             d_proj = grad_out[span].add_(dh[:n])  # dL/dh_t, before the clip
             if proj_mask is not None:
                 d_proj.mul_(proj_mask[span])
-            dm = invariant_matmul(d_proj, projection_weight)  # (n, D) = dh_raw W_P
+            dm = invariant_matmul(d_proj, projection_padded)[:, :D]  # (n, D) = dh_raw W_P
             d_cell = torch.addcmul(dc[:n], dm, k_c[span])
             if cell_mask is not None:
                 d_cell.mul_(cell_mask[span])
             step = dgates[span]
             torch.mul(k[span, : 3 * D].view(n, 3, D), d_cell.unsqueeze(1), out=step[:, : 3 * D].view(n, 3, D))
             torch.mul(k[span, 3 * D :], dm, out=step[:, 3 * D :])
-            dh[:n] = invariant_matmul(step, hidden_weight)  # dh_{t-1} = dgates_t W_h
+            dh[:n] = invariant_matmul(step, hidden_padded)[:, :P]  # dh_{t-1} = dgates_t W_h
             dc[:n] = d_cell * forget_gate[span]
         d_proj_all = grad_out  # (N, P)
 

@@ -227,7 +227,7 @@ class _LogSumExpOverClasses(torch.autograd.Function):
             top = torch.maximum(logits.amax(dim=1), t)  # (m,)
             total = logits.sub_(top.unsqueeze(1)).exp_().sum(dim=1) + (t - top).exp()
             lse[start : start + chunk] = top + total.log()
-        ctx.save_for_backward(hidden, weight, bias, true, lse, hit_rows, hit_cols)
+        ctx.save_for_backward(hidden1, weight1, true, lse, hit_rows, hit_cols)
         ctx.chunk = chunk
         return lse
 
@@ -240,11 +240,11 @@ class _LogSumExpOverClasses(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_lse):
-        hidden, weight, bias, true, lse, hit_rows, hit_cols = ctx.saved_tensors
-        hidden1, weight1 = _with_bias_column(hidden, weight, bias)
-        grad_hidden = torch.zeros_like(hidden)
+        hidden1, weight1, true, lse, hit_rows, hit_cols = ctx.saved_tensors
+        weight = weight1[:, :-1]
+        grad_hidden = hidden1.new_zeros(hidden1.shape[0], weight.shape[1])
         grad_weight1 = torch.zeros_like(weight1)  # [dW, db]: db_s = sum_m probs_ms, the ones column's share
-        for start in range(0, hidden.shape[0], ctx.chunk):
+        for start in range(0, hidden1.shape[0], ctx.chunk):
             logits = _LogSumExpOverClasses._logits(hidden1, weight1, hit_rows, hit_cols, start, ctx.chunk)
             g = grad_lse[start : start + ctx.chunk]
             probs = logits.sub_(lse[start : start + ctx.chunk].unsqueeze(1)).exp_().mul_(g.unsqueeze(1))  # (m, S)
@@ -267,18 +267,12 @@ def _nll_over(hidden, targets, weight, bias, class_ids, correction):
     with torch.autocast(device_type=hidden.device.type, enabled=False):
         if class_ids is None:  # every class: the full softmax
             w_t, b_t = rows(weight, targets).to(hidden.dtype), rows(bias, targets).to(hidden.dtype)
-        else:  # targets and candidates in one gather: one dense gradient of the table, not two to add
-            n = len(targets)
-            w_all = rows(weight, torch.cat([targets, class_ids])).to(hidden.dtype)
-            b_all = rows(bias, torch.cat([targets, class_ids])).to(hidden.dtype)
-            (w_t, w_c), (b_t, b_c) = (w_all[:n], w_all[n:]), (b_all[:n], b_all[n:])
-        true = (hidden * w_t).sum(-1) + b_t  # (M,)
-        if correction is not None:
-            true = true - correction[targets].to(hidden.dtype)
-        if class_ids is None:
             w_c, b_c = weight.to(hidden.dtype), bias.to(hidden.dtype)
             hit_rows, hit_cols = torch.arange(len(targets), device=targets.device), targets
-        else:
+        else:  # targets and candidates in one gather: one dense gradient of the table, not two to add
+            n, ids = len(targets), torch.cat([targets, class_ids])
+            w_all, b_all = rows(weight, ids).to(hidden.dtype), rows(bias, ids).to(hidden.dtype)
+            (w_t, w_c), (b_t, b_c) = (w_all[:n], w_all[n:]), (b_all[:n], b_all[n:])
             if correction is not None:
                 b_c = b_c - correction[class_ids].to(hidden.dtype)
             column = torch.full((weight.shape[0],), -1, dtype=torch.long, device=targets.device)
@@ -286,6 +280,9 @@ def _nll_over(hidden, targets, weight, bias, class_ids, correction):
             hit_cols = column[targets]
             hit_rows = torch.nonzero(hit_cols >= 0).squeeze(1)
             hit_cols = hit_cols[hit_rows]
+        true = (hidden * w_t).sum(-1) + b_t  # (M,)
+        if correction is not None:
+            true = true - correction[targets].to(hidden.dtype)
         return _LogSumExpOverClasses.apply(hidden, w_c, b_c, true, hit_rows, hit_cols) - true
 
 
