@@ -3,6 +3,7 @@
     python benchmarks/ptb_lm.py --out runs/ptb --epochs 10 --eval-every-epoch
     python benchmarks/ptb_lm.py --out runs/ptb --max-steps 3000 --chunk-steps 500   # CPU budget
     python benchmarks/ptb_lm.py --out runs/ptb --evaluate-only   # the run's latest model, on test
+    python benchmarks/ptb_lm.py --out runs/ptb_sgd --epochs 25 --chunk-steps 2104 --kim-recipe
 
 Anchor: Kim et al. 2016 ("Character-Aware Neural Language Models"), LSTM-Char-Small, 5M
 parameters: 92.3 test perplexity (forward LM, 25 epochs, state carried through the test stream).
@@ -13,6 +14,12 @@ Differences that make our number *not* directly comparable (reported next to it)
 * every sentence (line) starts from a zero state (elmokit's stateless setting), so the first
   words of each sentence have no context; Kim et al. read the test set as one stream;
 * the forward perplexity counts every word and one </S> per line (like Mikolov's <eos>).
+
+The optimiser is bilm-tf's Adagrad unless ``--kim-recipe`` asks for Kim et al.'s: plain SGD at learning
+rate 1.0, gradient norm clipped at 5, the learning rate halved after every epoch whose validation
+perplexity (here the average of the two directions on the first ``--valid-sentences`` valid sentences)
+does not improve on the best by more than 1.0 (``--chunk-steps 2104`` makes a chunk one epoch of 20-sentence
+batches).
 
 Two test numbers are reported: every sentence from a zero state (elmokit's setting, as trained), and
 the forward LM reading the test set as one stream (``stream_forward_perplexity``: each sentence starts
@@ -57,7 +64,10 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=None, help="or: passes over PTB train")
     parser.add_argument("--chunk-steps", type=int, default=500, help="evaluate on valid every N steps (resuming exactly)")
     parser.add_argument("--batch-size", type=int, default=20, help="sentences per batch (default 20)")
-    parser.add_argument("--lr", type=float, default=0.2, help="Adagrad learning rate (default 0.2)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="learning rate (default 0.2 for Adagrad, 1.0 with --kim-recipe)")
+    parser.add_argument("--kim-recipe", action="store_true",
+                        help="SGD, clip 5, lr halved after a chunk whose validation gains <= 1.0 (Kim et al. 2016)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--valid-sentences", type=int, default=1000, help="valid sentences per evaluation (default 1000)")
     parser.add_argument("--test-sentences", type=int, default=None,
@@ -95,9 +105,9 @@ def main() -> int:
     if not vocab_path.exists():
         build_vocabulary(count_tokens(Corpus(str(ptb / "ptb.train.txt")))).save(vocab_path)
     model_config = BiLMConfig(**{**PTB_MODEL, "filters": tuple(map(tuple, PTB_MODEL["filters"]))})
-    training = TrainingConfig(batch_size=args.batch_size, max_length=100, shuffle_buffer=50_000, lr=args.lr,
+    training = TrainingConfig(batch_size=args.batch_size, max_length=100, shuffle_buffer=50_000,
                               softmax="full", seed=0, max_steps=args.max_steps, epochs=args.epochs,
-                              checkpoint_every=args.chunk_steps, log_every=50)
+                              checkpoint_every=args.chunk_steps, log_every=50, **optimizer_settings(args, ptb))
     valid = list(Corpus(str(ptb / "ptb.valid.txt")))[: args.valid_sentences]
     curve = []
     target = args.max_steps
@@ -109,9 +119,17 @@ def main() -> int:
                        training=training.replace(max_steps=stop), resume=step > 0 or (out / "training.json").exists(),
                        command="python benchmarks/ptb_lm.py " + " ".join(sys.argv[1:]), progress=False)
         lm, vocabulary, _ = LanguageModel.load(result.model_dir)
-        v = perplexity(lm, vocabulary, valid)
-        curve.append({"step": result.step, "tokens": result.tokens, "valid_forward_ppl": v.forward,
-                      "valid_backward_ppl": v.backward, "hours": (time.time() - began) / 3600})
+        # the trainer validated this step itself when it schedules the learning rate on it
+        logged = [e for e in result.history if e.get("step") == result.step and "valid_fwd_ppl" in e]
+        if logged:
+            v_forward, v_backward = logged[-1]["valid_fwd_ppl"], logged[-1]["valid_bwd_ppl"]
+        else:
+            v = perplexity(lm, vocabulary, valid)
+            v_forward, v_backward = v.forward, v.backward
+        lrs = [e["lr"] for e in result.history if "lr" in e]
+        curve.append({"step": result.step, "tokens": result.tokens, "valid_forward_ppl": v_forward,
+                      "valid_backward_ppl": v_backward, "lr": lrs[-1] if lrs else training.lr,
+                      "hours": (time.time() - began) / 3600})
         print(json.dumps(curve[-1]), flush=True)
         finished = result.step < stop or (target is not None and result.step >= target)
         step = result.step
@@ -129,6 +147,15 @@ def main() -> int:
     (out / "ptb_result.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "curve"}, indent=1))
     return 0
+
+
+def optimizer_settings(args, ptb: Path) -> dict:
+    """bilm-tf's Adagrad, or Kim et al.'s SGD with the learning rate halved on a validation plateau."""
+    if not args.kim_recipe:
+        return {"lr": args.lr or 0.2}
+    return {"optimizer": "sgd", "lr": args.lr or 1.0, "clip_norm": 5.0, "lr_decay": 0.5, "lr_decay_min_gain": 1.0,
+            "valid_corpus": [str(ptb / "ptb.valid.txt")], "valid_every": args.chunk_steps,
+            "valid_sentences": args.valid_sentences}
 
 
 def test_numbers(lm, vocabulary, test_corpus) -> dict:

@@ -3,7 +3,8 @@
 A checkpoint is a folder ``checkpoints/step_00001234/`` holding
 
 * ``model.safetensors``  - every parameter of the LanguageModel (biLM + ``softmax_*``);
-* ``optimizer.safetensors`` - the Adagrad accumulators (``sum/<param>``) and step counts;
+* ``optimizer.safetensors`` - the Adagrad accumulators (``sum/<param>``) and step counts (empty
+  for plain SGD, which keeps none);
 * ``state.json`` - step, tokens seen, data position, wall time so far, world size, and each
   rank's torch RNG state (base64), with a ``format_version``;
 * ``SHA256SUMS`` - the sha256 of the three files above (``sha256sum -c SHA256SUMS`` checks them).
@@ -221,6 +222,11 @@ def rotate(root: Path, newest_good: Path, keep: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def expects_state(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer keeps per-parameter state (Adagrad does; SGD without momentum does not)."""
+    return not (isinstance(optimizer, torch.optim.SGD) and not any(g["momentum"] for g in optimizer.param_groups))
+
+
 def read_checkpoint(path: Path, optimizer: torch.optim.Optimizer, param_names: list[str]):
     """(model state dict, state.json dict); the optimizer is restored in place."""
     from safetensors.torch import load_file
@@ -237,8 +243,9 @@ def read_checkpoint(path: Path, optimizer: torch.optim.Optimizer, param_names: l
     restored: dict[int, dict] = {}
     for index, name in enumerate(param_names):
         entry = {key.split("/", 1)[0]: value for key, value in opt_tensors.items() if key.split("/", 1)[1] == name}
-        if not entry:
+        if not entry and expects_state(optimizer):
             raise CheckpointError(f"{path}/optimizer.safetensors: no state for parameter {name!r}")
-        restored[index] = entry
+        if entry:
+            restored[index] = entry
     optimizer.load_state_dict({"state": restored, "param_groups": current["param_groups"]})
     return model_state, state

@@ -6,6 +6,11 @@ parameters, 8192 negative samples shared by the batch, and the loss scaled by 20
 differentiates ``loss * unroll_steps`` with ``unroll_steps = 20``, i.e. the per-row sum over a
 20-token window; we keep the same scale so the learning rate means the same.
 
+``optimizer="sgd"`` with ``lr_decay`` is the recipe of the PTB language models ELMo is measured
+against (Zaremba et al. 2014, Kim et al. 2016): plain SGD, and the learning rate multiplied by
+``lr_decay`` (Kim: 0.5) whenever a validation does not lower the held-out perplexity by more than
+``lr_decay_min_gain`` (Kim: 1.0) below the best so far.
+
 What differs from bilm-tf, deliberately: batches are whole sentences (cut at ``max_length``)
 starting from a zero state, the way elmokit's stateless inference reads them, instead of 20-token
 windows carrying the LSTM state across batches.
@@ -37,7 +42,8 @@ class TrainingConfig:
     Batches are global: under data parallelism they are split over the ranks.
     """
 
-    FORMAT_VERSION: ClassVar[int] = 1
+    # 2: added optimizer, lr_decay, lr_decay_min_gain (missing in version-1 files: Adagrad, no decay).
+    FORMAT_VERSION: ClassVar[int] = 2
 
     # data
     batch_size: int = 64  # sentences per global batch (unless batch_tokens is set)
@@ -46,8 +52,12 @@ class TrainingConfig:
     shuffle_buffer: int = 10_000  # sentences in the per-shard shuffle buffer
     tokenizer: dict = dataclasses.field(default_factory=lambda: {"kind": "whitespace", "lowercase": False})
     # optimisation (bilm-tf)
+    optimizer: Literal["adagrad", "sgd"] = "adagrad"
     lr: float = 0.2
-    initial_accumulator: float = 1.0
+    initial_accumulator: float = 1.0  # Adagrad only
+    # plateau decay at each validation (needs valid_corpus); 1.0 = the learning rate never changes
+    lr_decay: float = 1.0
+    lr_decay_min_gain: float = 1.0  # perplexity points a validation must gain on the best so far
     clip_norm: float = 10.0
     loss_scale: float = 20.0
     # softmax
@@ -75,6 +85,15 @@ class TrainingConfig:
             raise ValueError("batch_size must be at least 1")
         if self.batch_tokens is not None and self.batch_tokens < 1:
             raise ValueError("batch_tokens must be at least 1")
+        if self.optimizer not in ("adagrad", "sgd"):
+            raise ValueError(f"optimizer must be adagrad or sgd, got {self.optimizer!r}")
+        if not (isinstance(self.lr_decay, (int, float)) and 0.0 < self.lr_decay <= 1.0):
+            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}")
+        if not (isinstance(self.lr_decay_min_gain, (int, float)) and math.isfinite(self.lr_decay_min_gain)
+                and self.lr_decay_min_gain >= 0):
+            raise ValueError(f"lr_decay_min_gain must be a finite number >= 0, got {self.lr_decay_min_gain!r}")
+        if self.lr_decay < 1.0 and not self.valid_corpus:
+            raise ValueError("lr_decay < 1 decays on validation perplexity: give valid_corpus too")
         if self.softmax not in ("auto", "full", "sampled"):
             raise ValueError(f"softmax must be auto, full or sampled, got {self.softmax!r}")
         if self.max_steps is None and self.epochs is None:

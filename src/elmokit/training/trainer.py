@@ -151,7 +151,7 @@ def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, voca
         "## Training",
         f"- steps: {step:,}; training tokens: {tokens:,} (real tokens, boundaries excluded); "
         f"wall time {elapsed_s / 3600:.2f} h ({elapsed_s / 60:.1f} min)",
-        f"- optimiser: Adagrad lr {training.lr}, initial accumulator {training.initial_accumulator}, "
+        f"- optimiser: {_optimizer_text(training)}, "
         f"clip {training.clip_norm}, loss scale {training.loss_scale}; batch "
         + (f"{training.batch_tokens} tokens" if training.batch_tokens else f"{training.batch_size} sentences")
         + f"; seed {training.seed}",
@@ -163,6 +163,17 @@ def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, voca
         "",
     ]
     return "\n".join(lines)
+
+
+def _optimizer_text(training: TrainingConfig) -> str:
+    if training.optimizer == "sgd":
+        text = f"SGD lr {training.lr}"
+    else:
+        text = f"Adagrad lr {training.lr}, initial accumulator {training.initial_accumulator}"
+    if training.lr_decay < 1.0:
+        text += (f" (x {training.lr_decay} when a validation gains no more than {training.lr_decay_min_gain} "
+                 "perplexity on the best)")
+    return text
 
 
 def _start_model_record(init_from: str) -> dict:
@@ -310,9 +321,14 @@ class _Run:
         init_like_bilm_tf(self.model, torch.Generator().manual_seed(training.seed))
         self.model.to(self.device)
         self.names = _param_names(self.model)
-        self.optimizer = torch.optim.Adagrad(
-            self.model.parameters(), lr=training.lr, initial_accumulator_value=training.initial_accumulator, eps=0.0
-        )
+        if training.optimizer == "sgd":  # plain SGD (Zaremba et al.; Kim et al.): no per-parameter state
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=training.lr)
+        else:
+            self.optimizer = torch.optim.Adagrad(
+                self.model.parameters(), lr=training.lr, initial_accumulator_value=training.initial_accumulator, eps=0.0
+            )
+        # the plateau schedule (lr_decay): the learning rate now and the best validation perplexity so far
+        self.schedule = {"lr": training.lr, "best_valid_ppl": None}
         torch.manual_seed(training.seed * 1_000_003 + self.context.rank)
 
     # ---- resume: the newest good checkpoint
@@ -330,6 +346,8 @@ class _Run:
         self.elapsed_before = state["elapsed_s"]
         self.position = Position.from_dict(state["position"])
         self.skipped = state.get("skipped_nonfinite", 0)
+        self.schedule = state.get("lr_schedule", self.schedule)
+        self._set_lr(self.schedule["lr"])
         restore_rng_states(state, context, device)
         logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.step, self.tokens_seen)
 
@@ -463,7 +481,29 @@ class _Run:
                                  "valid_seconds": round(time.perf_counter() - began, 1)})
             logger.info("step %d  valid perplexity fwd %.1f bwd %.1f avg %.1f", self.step, result.forward,
                         result.backward, result.average)
+        if training.lr_decay < 1.0:
+            # the main rank measured; every rank must take the same decision
+            (valid_ppl,) = context.all_sum([result.average if context.is_main else 0.0], self.device)
+            self._decay_on_plateau(valid_ppl)
         context.barrier()
+
+    def _decay_on_plateau(self, valid_ppl: float) -> None:
+        """Kim et al. (2016): "if the perplexity on the validation set does not decrease by more than
+        1.0, we halve the learning rate" - here against the best validation so far."""
+        training, schedule = self.training, self.schedule
+        best = schedule["best_valid_ppl"]
+        if best is not None and not valid_ppl < best - training.lr_decay_min_gain:
+            schedule["lr"] *= training.lr_decay
+            self._set_lr(schedule["lr"])
+            logger.info("step %d: validation gained <= %s on %.2f; learning rate now %g", self.step,
+                        training.lr_decay_min_gain, best, schedule["lr"])
+            self._write_metrics({"step": self.step, "lr": schedule["lr"]})
+        if best is None or valid_ppl < best:
+            schedule["best_valid_ppl"] = valid_ppl
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     # ---- save: checkpoints and the final model
 
@@ -476,7 +516,8 @@ class _Run:
                 model_state=self.model.state_dict(), optimizer=self.optimizer, param_names=self.names,
                 state={"step": self.step, "tokens": self.tokens_seen, "position": self.position.to_dict(),
                        "elapsed_s": self.elapsed(), "world_size": context.world_size, **rng_states,
-                       "skipped_nonfinite": self.skipped, "threads": torch.get_num_threads()},
+                       "skipped_nonfinite": self.skipped, "threads": torch.get_num_threads(),
+                       "lr_schedule": self.schedule},
                 keep=self.training.keep_checkpoints,
             )
         context.barrier()
