@@ -73,6 +73,7 @@ def _synthetic_task(rng, words_from, words_to, n):
     return sentences, labels
 
 
+@pytest.mark.slow  # trains two classifiers (~4 s): the default suite stays under a minute; CI runs -m slow
 def test_classifier_learns_through_elmo_features_and_baseline_cannot(tmp_path):
     rng = np.random.default_rng(0)
     train = _synthetic_task(rng, 0, 40, 240)

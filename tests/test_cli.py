@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from elmokit.cli.main import build_parser, main
 
 
@@ -30,6 +32,7 @@ def test_every_option_has_help():
                 assert action.help, f"elmokit {name} {action.option_strings[0]} has no help"
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch (~5 s): the default suite stays under a minute; CI runs -m slow
 def test_console_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "elmokit.cli.main", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "embed" in result.stdout and "convert" in result.stdout

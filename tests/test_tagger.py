@@ -78,6 +78,7 @@ def _config(**changes):
 OPTIONS = TrainOptions(epochs=12, patience=12, batch_size=16, learning_rate=0.02, seed=0, progress=False)
 
 
+@pytest.mark.slow  # 12 training epochs of a tagger (~6 s): the default suite stays under a minute; CI runs -m slow
 def test_tagger_learns_what_only_the_representation_carries(hidden_bit):
     train, dev, rep = hidden_bit
     with_elmo = train_tagger(train, dev, _config(), representation=rep, options=OPTIONS, log=lambda m: None)

@@ -308,7 +308,8 @@ def test_train_help_shows_the_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    for text in ("learning rate (Adagrad's default is bilm-tf's) (default: 0.2)", "(default: adagrad)", "sentences per global batch (default: 64)",
+    for text in ("learning rate (Adagrad's default is bilm-tf's) (default: 0.2)", "(default: adagrad)",
+                 "sentences per global batch (default: 64)",
                  "keep the newest N checkpoints (default: 2)", "(default: 8192)", "(default: 0)"):
         assert text in out
 

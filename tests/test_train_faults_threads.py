@@ -8,6 +8,7 @@ on a realistic batch). ``elmokit.training.lm.rows`` gathers with ``index_select`
 
 import random
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -57,6 +58,7 @@ def synthetic_corpus(path, lines=120, words=300, length=32, seed=0):
     return path
 
 
+@pytest.mark.slow  # two-thread training runs (~7 s): the default suite stays under a minute; CI runs -m slow
 def test_resume_is_bit_exact_on_two_threads(tmp_path):
     """Sampled softmax, batches of 2 x 96 x 33 targets: the target-row gradient is big enough for
     the multi-threaded kernels. 4 straight steps == 2 steps + resume to 4, on two threads."""

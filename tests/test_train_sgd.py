@@ -38,7 +38,7 @@ def test_one_sgd_step_moves_the_weights_by_lr_times_the_clip(tmp_path):
 
 
 def test_the_learning_rate_halves_when_validation_stalls(tmp_path):
-    result = run_tiny(tmp_path / "run", max_steps=40, lr_decay_min_gain=2.0, **PLATEAU)
+    result = run_tiny(tmp_path / "run", max_steps=24, lr_decay_min_gain=2.0, **PLATEAU)
     valid = [(e["step"], e["valid_ppl"]) for e in result.history if "valid_ppl" in e]
     decays = [(e["step"], e["lr"]) for e in result.history if "lr" in e]
     # the rule, restated: decay when a validation is not below (best so far - min_gain)
@@ -48,19 +48,19 @@ def test_the_learning_rate_halves_when_validation_stalls(tmp_path):
             lr *= 0.5
             expected.append((step, lr))
         best = ppl if best is None else min(best, ppl)
-    assert len(valid) == 20
+    assert len(valid) == 12
     assert decays == expected
     assert 0 < len(decays) < len(valid) - 1  # both outcomes happened: the test is not vacuous
 
 
 def test_resumed_sgd_run_continues_the_schedule_exactly(tmp_path):
-    run_tiny(tmp_path / "straight", max_steps=24, lr_decay_min_gain=2.0, **PLATEAU)
-    run_tiny(tmp_path / "stopped", max_steps=11, lr_decay_min_gain=2.0, **PLATEAU)
-    run_tiny(tmp_path / "stopped", max_steps=24, lr_decay_min_gain=2.0, resume=True, **PLATEAU)
-    a, b = checkpoint_weights(tmp_path / "straight", 24), checkpoint_weights(tmp_path / "stopped", 24)
+    run_tiny(tmp_path / "straight", max_steps=16, lr_decay_min_gain=2.0, **PLATEAU)
+    run_tiny(tmp_path / "stopped", max_steps=7, lr_decay_min_gain=2.0, **PLATEAU)
+    run_tiny(tmp_path / "stopped", max_steps=16, lr_decay_min_gain=2.0, resume=True, **PLATEAU)
+    a, b = checkpoint_weights(tmp_path / "straight", 16), checkpoint_weights(tmp_path / "stopped", 16)
     assert all(torch.equal(a[k], b[k]) for k in a)
     lr_records = [e for e in read_metrics(tmp_path / "straight") if "lr" in e]
-    assert lr_records  # the schedule decayed before and after the stop
+    assert {e["step"] < 7 for e in lr_records} == {True, False}  # decays before and after the stop
     assert lr_records == [e for e in read_metrics(tmp_path / "stopped") if "lr" in e]
 
 

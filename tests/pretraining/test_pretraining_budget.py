@@ -40,6 +40,7 @@ def _run(run_dir, corpus, config, resume=False):
         return pretrain(run_dir, corpus=str(corpus), config=config, resume=resume, command="test", progress=False)
 
 
+@pytest.mark.slow  # three pretraining runs (~4 s): the default suite stays under a minute; CI runs -m slow
 def test_a_budget_stop_is_a_step_boundary_and_resuming_past_it_is_bit_identical(tmp_path, corpus):
     config = _config()
     straight = _run(tmp_path / "straight", corpus, config)

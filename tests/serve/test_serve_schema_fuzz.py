@@ -39,6 +39,7 @@ def fuzz_operation(operation, mode, label: str, url: str, max_examples: int, sen
         assert mode is schemathesis.GenerationMode.NEGATIVE and operation.method.upper() == "GET", label
 
 
+@pytest.mark.slow  # fuzzes every endpoint (~6 s): the default suite stays under a minute; CI runs -m slow
 def test_generated_requests_never_get_a_5xx(server):
     sent = fuzz(server, max_examples=3)
     # every POST route of the API was fuzzed, not just a few

@@ -173,6 +173,7 @@ def test_resume_counts_match_source(split, sentences, chars):
         "O", "NAME", "CONT", "RACE", "TITLE", "EDU", "ORG", "PRO", "LOC"}
 
 
+@pytest.mark.slow  # reads the whole corpus (~5 s): the default suite stays under a minute; CI runs -m slow
 @needs_zh
 def test_peoples_daily_counts_match_source_and_the_split_covers_every_line():
     path = ZH / "peoples_daily_199801" / "199801.txt"
