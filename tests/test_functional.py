@@ -79,6 +79,23 @@ def test_sigmoid_does_not_depend_on_position():
     assert sigmoid(torch.tensor([-1000.0, 1000.0])).tolist() == [0.0, 1.0]
 
 
+def test_sigmoid_gradient_is_s_times_one_minus_s_even_where_exp_overflows():
+    """Float64 oracle: d sigmoid / dx = e^-x / (1 + e^-x)^2 (numpy, exact to float32 here). The gate of
+    a highway layer whose pre-activation fell below -88 once gave NaN gradients (inf x 0)."""
+    x64 = np.array([-1000.0, -200.0, -89.0, -88.0, -30.0, -1.5, 0.0, 0.7, 30.0, 89.0, 1000.0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(-x64)
+        expected = np.where(np.isinf(e), 0.0, e / (1.0 + e) ** 2)
+    x = torch.tensor(x64, dtype=torch.float32, requires_grad=True)
+    value = functional.sigmoid(x)
+    value.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    # float32 rounds s to 1 beyond x ~ 17, so s (1 - s) is 0 there, like torch.sigmoid's own backward
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-6, atol=1e-7)
+    with torch.no_grad():  # the same values with and without autograd
+        assert torch.equal(functional.sigmoid(x.detach()), value.detach())
+
+
 @pytest.mark.parametrize("in_dim, out_dim", [(5, 44), (6, 5), (124, 124), (512, 2048), (2048, 4096), (512, 16384)])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("precision", PRECISIONS)

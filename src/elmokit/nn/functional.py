@@ -93,8 +93,30 @@ def _as_tensor(array: np.ndarray) -> torch.Tensor:
 
 
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
-    """The logistic function, rounded the same way wherever x sits in a tensor."""
+    """The logistic function, rounded the same way wherever x sits in a tensor.
+
+    Differentiated as s (1 - s) from the output: autograd through ``1 / (1 + exp(-x))`` itself multiplies
+    0 by exp(-x) = inf once x < -88 (float32), a NaN gradient for a gate that is simply shut."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Sigmoid.apply(x)
+    return _sigmoid_value(x)
+
+
+def _sigmoid_value(x: torch.Tensor) -> torch.Tensor:
     return 1.0 / (1.0 + torch.exp(-x))
+
+
+class _Sigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        s = _sigmoid_value(x)
+        ctx.save_for_backward(s)
+        return s
+
+    @staticmethod
+    def backward(ctx, grad):
+        (s,) = ctx.saved_tensors
+        return grad * s * (1.0 - s)
 
 
 # ---- inference: weights prepacked for oneDNN ----------------------------------------------------
