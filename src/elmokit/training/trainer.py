@@ -156,7 +156,7 @@ def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, voca
         + (f"{training.batch_tokens} tokens" if training.batch_tokens else f"{training.batch_size} sentences")
         + f"; seed {training.seed}",
         f"- softmax: {'sampled, ' + str(training.n_negative_samples) + ' negatives' if sampled else 'full'}"
-        + (f"; last logged training loss {last_loss:.4f} (perplexity {math.exp(last_loss):.1f}"
+        + (f"; last logged training loss {last_loss:.4f} (perplexity {_exp(last_loss):.1f}"
            + (", sampled-softmax estimate" if sampled else "") + ")" if last_loss is not None else ""),
         "- command(s):",
         *[f"  - `{c}`" for c in commands],
