@@ -161,8 +161,8 @@ ELMO_EVAL = REPO / "docs" / "results" / "elmo" / "similarity.json"  # written by
 
 def elmo_row() -> str:
     """The default ELMo model's context-independent layer (each word embedded alone), same sets."""
-    # the shipped default: 10.0M tokens (2.58 h) then 8.1M more with --init-from (1.21 h); see its card
-    label = "**ELMo default model, layer 0** (char CNN, any word; 18.1M tokens from all 10 shards, see its card)"
+    # the shipped default: 10.0M tokens (2.58 h) then 22.1M more with --init-from (3.46 h); see its card
+    label = "**ELMo default model, layer 0** (char CNN, any word; 32.1M tokens from all 10 shards, see its card)"
     if not ELMO_EVAL.exists():
         return f"| {label} | – | – | – | – | – | – | – | – | – | – | – | `python benchmarks/elmo_results.py --steps similarity` |"
     ev = json.loads(ELMO_EVAL.read_text())
@@ -178,7 +178,7 @@ def elmo_row() -> str:
                                     f"{g['sections']['syntactic']['accuracy']:.2f}; cov {g['coverage'] * 100:.0f}%)")
     msr = "–" if m is None else f"{m['accuracy']:.3f} (cov {m['coverage'] * 100:.0f}%)"
     return (f"| {label} | 256 | open | {s('ws353')} | {s('ws353-sim')} | {s('ws353-rel')} | {s('simlex999')} | "
-            f"{s('men')} | {s('rw')} | {s('simverb3500')} | {google} | {msr} | 3.8 h (biLM) |")
+            f"{s('men')} | {s('rw')} | {s('simverb3500')} | {google} | {msr} | 6.0 h (biLM) |")
 
 
 def patch_elmo_row() -> None:
