@@ -18,7 +18,7 @@ Differences that make our number *not* directly comparable (reported next to it)
 The optimiser is bilm-tf's Adagrad unless ``--kim-recipe`` asks for Kim et al.'s: plain SGD at learning
 rate 1.0, gradient norm clipped at 5, the learning rate halved after every epoch whose validation
 perplexity (here the average of the two directions on the first ``--valid-sentences`` valid sentences)
-does not improve on the best by more than 1.0 (``--chunk-steps 2104`` makes a chunk one epoch of 20-sentence
+does not improve on the previous epoch's by more than 1.0 (``--chunk-steps 2104`` makes a chunk one epoch of 20-sentence
 batches).
 
 Two test numbers are reported: every sentence from a zero state (elmokit's setting, as trained), and
@@ -83,7 +83,7 @@ def main() -> int:
     from elmokit.text.corpus import Corpus
     from elmokit.training.config import TrainingConfig
     from elmokit.training.lm import LanguageModel
-    from elmokit.training.trainer import train
+    from elmokit.training.trainer import read_metrics, train
     from elmokit.training.vocab import build_vocabulary, count_tokens
 
     ptb = SHARED / "data" / "ptb_mikolov"
@@ -126,7 +126,7 @@ def main() -> int:
         else:
             v = perplexity(lm, vocabulary, valid)
             v_forward, v_backward = v.forward, v.backward
-        lrs = [e["lr"] for e in result.history if "lr" in e]
+        lrs = [e["lr"] for e in read_metrics(out) if "lr" in e]  # the whole run's, not only this call's
         curve.append({"step": result.step, "tokens": result.tokens, "valid_forward_ppl": v_forward,
                       "valid_backward_ppl": v_backward, "lr": lrs[-1] if lrs else training.lr,
                       "hours": (time.time() - began) / 3600})

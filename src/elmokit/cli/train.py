@@ -37,7 +37,7 @@ TRAINING_FLAGS = {
     "initial_accumulator": ("--initial-accumulator", positive_float, "Adagrad initial accumulator (as TF)"),
     "lr_decay": ("--lr-decay", positive_float,
                  "multiply the learning rate by this when a validation (--valid) gains no more than "
-                 "--lr-decay-min-gain perplexity on the best so far (Kim et al.: 0.5; 1 = never)"),
+                 "--lr-decay-min-gain perplexity on the previous one (Kim et al.: 0.5; 1 = never)"),
     "lr_decay_min_gain": ("--lr-decay-min-gain", positive_float, "see --lr-decay (Kim et al.: 1.0)"),
     "clip_norm": ("--clip-norm", positive_float, "clip the global gradient norm to this (bilm-tf's)"),
     "loss_scale": ("--loss-scale", positive_float,

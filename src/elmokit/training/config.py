@@ -9,7 +9,7 @@ differentiates ``loss * unroll_steps`` with ``unroll_steps = 20``, i.e. the per-
 ``optimizer="sgd"`` with ``lr_decay`` is the recipe of the PTB language models ELMo is measured
 against (Zaremba et al. 2014, Kim et al. 2016): plain SGD, and the learning rate multiplied by
 ``lr_decay`` (Kim: 0.5) whenever a validation does not lower the held-out perplexity by more than
-``lr_decay_min_gain`` (Kim: 1.0) below the best so far.
+``lr_decay_min_gain`` (Kim: 1.0) below the previous validation.
 
 What differs from bilm-tf, deliberately: batches are whole sentences (cut at ``max_length``)
 starting from a zero state, the way elmokit's stateless inference reads them, instead of 20-token
@@ -57,7 +57,7 @@ class TrainingConfig:
     initial_accumulator: float = 1.0  # Adagrad only
     # plateau decay at each validation (needs valid_corpus); 1.0 = the learning rate never changes
     lr_decay: float = 1.0
-    lr_decay_min_gain: float = 1.0  # perplexity points a validation must gain on the best so far
+    lr_decay_min_gain: float = 1.0  # perplexity points a validation must gain on the previous one
     clip_norm: float = 10.0
     loss_scale: float = 20.0
     # softmax

@@ -172,7 +172,7 @@ def _optimizer_text(training: TrainingConfig) -> str:
         text = f"Adagrad lr {training.lr}, initial accumulator {training.initial_accumulator}"
     if training.lr_decay < 1.0:
         text += (f" (x {training.lr_decay} when a validation gains no more than {training.lr_decay_min_gain} "
-                 "perplexity on the best)")
+                 "perplexity on the previous one)")
     return text
 
 
@@ -327,8 +327,8 @@ class _Run:
             self.optimizer = torch.optim.Adagrad(
                 self.model.parameters(), lr=training.lr, initial_accumulator_value=training.initial_accumulator, eps=0.0
             )
-        # the plateau schedule (lr_decay): the learning rate now and the best validation perplexity so far
-        self.schedule = {"lr": training.lr, "best_valid_ppl": None}
+        # the plateau schedule (lr_decay): the learning rate now and the last validation perplexity
+        self.schedule = {"lr": training.lr, "previous_valid_ppl": None}
         torch.manual_seed(training.seed * 1_000_003 + self.context.rank)
 
     # ---- resume: the newest good checkpoint
@@ -488,18 +488,17 @@ class _Run:
         context.barrier()
 
     def _decay_on_plateau(self, valid_ppl: float) -> None:
-        """Kim et al. (2016): "if the perplexity on the validation set does not decrease by more than
-        1.0, we halve the learning rate" - here against the best validation so far."""
+        """Kim et al. (2016): "we halve the learning rate if the perplexity on the validation set does
+        not decrease by more than 1.0 after an epoch" - against the previous validation."""
         training, schedule = self.training, self.schedule
-        best = schedule["best_valid_ppl"]
-        if best is not None and not valid_ppl < best - training.lr_decay_min_gain:
+        previous = schedule["previous_valid_ppl"]
+        if previous is not None and not valid_ppl < previous - training.lr_decay_min_gain:
             schedule["lr"] *= training.lr_decay
             self._set_lr(schedule["lr"])
-            logger.info("step %d: validation gained <= %s on %.2f; learning rate now %g", self.step,
-                        training.lr_decay_min_gain, best, schedule["lr"])
+            logger.info("step %d: validation %.2f gained <= %s on %.2f; learning rate now %g", self.step, valid_ppl,
+                        training.lr_decay_min_gain, previous, schedule["lr"])
             self._write_metrics({"step": self.step, "lr": schedule["lr"]})
-        if best is None or valid_ppl < best:
-            schedule["best_valid_ppl"] = valid_ppl
+        schedule["previous_valid_ppl"] = valid_ppl
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
