@@ -108,7 +108,7 @@ def main() -> int:
     training = TrainingConfig(batch_size=args.batch_size, max_length=100, shuffle_buffer=50_000,
                               softmax="full", seed=0, max_steps=args.max_steps, epochs=args.epochs,
                               checkpoint_every=args.chunk_steps, log_every=50, **optimizer_settings(args, ptb))
-    valid = list(Corpus(str(ptb / "ptb.valid.txt")))[: args.valid_sentences]
+    valid = None  # read when first needed: with --kim-recipe the trainer validates itself
     curve = []
     target = args.max_steps
     step = 0
@@ -124,6 +124,7 @@ def main() -> int:
         if logged:
             v_forward, v_backward = logged[-1]["valid_fwd_ppl"], logged[-1]["valid_bwd_ppl"]
         else:
+            valid = valid or list(Corpus(str(ptb / "ptb.valid.txt")))[: args.valid_sentences]
             v = perplexity(lm, vocabulary, valid)
             v_forward, v_backward = v.forward, v.backward
         lrs = [e["lr"] for e in read_metrics(out) if "lr" in e]  # the whole run's, not only this call's

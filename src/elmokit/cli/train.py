@@ -17,7 +17,7 @@ import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_int, positive_float, positive_int
+from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int
 from elmokit.cli.training_common import (
     SettingError,
     add_tokenizer_arguments,
@@ -38,7 +38,7 @@ TRAINING_FLAGS = {
     "lr_decay": ("--lr-decay", positive_float,
                  "multiply the learning rate by this when a validation (--valid) gains no more than "
                  "--lr-decay-min-gain perplexity on the previous one (Kim et al.: 0.5; 1 = never)"),
-    "lr_decay_min_gain": ("--lr-decay-min-gain", positive_float, "see --lr-decay (Kim et al.: 1.0)"),
+    "lr_decay_min_gain": ("--lr-decay-min-gain", non_negative_float, "see --lr-decay (Kim et al.: 1.0)"),
     "clip_norm": ("--clip-norm", positive_float, "clip the global gradient norm to this (bilm-tf's)"),
     "loss_scale": ("--loss-scale", positive_float,
                    "multiply the mean per-token loss by this before differentiating (bilm-tf's unroll_steps)"),

@@ -222,11 +222,6 @@ def rotate(root: Path, newest_good: Path, keep: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def expects_state(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether the optimizer keeps per-parameter state (Adagrad does; SGD without momentum does not)."""
-    return not (isinstance(optimizer, torch.optim.SGD) and not any(g["momentum"] for g in optimizer.param_groups))
-
-
 def read_checkpoint(path: Path, optimizer: torch.optim.Optimizer, param_names: list[str]):
     """(model state dict, state.json dict); the optimizer is restored in place."""
     from safetensors.torch import load_file
@@ -243,9 +238,9 @@ def read_checkpoint(path: Path, optimizer: torch.optim.Optimizer, param_names: l
     restored: dict[int, dict] = {}
     for index, name in enumerate(param_names):
         entry = {key.split("/", 1)[0]: value for key, value in opt_tensors.items() if key.split("/", 1)[1] == name}
-        if not entry and expects_state(optimizer):
-            raise CheckpointError(f"{path}/optimizer.safetensors: no state for parameter {name!r}")
         if entry:
             restored[index] = entry
+        elif index in current["state"]:  # a fresh Adagrad already holds its accumulators; plain SGD holds none
+            raise CheckpointError(f"{path}/optimizer.safetensors: no state for parameter {name!r}")
     optimizer.load_state_dict({"state": restored, "param_groups": current["param_groups"]})
     return model_state, state
