@@ -4,6 +4,7 @@
     python benchmarks/ptb_lm.py --out runs/ptb --max-steps 3000 --chunk-steps 500   # CPU budget
     python benchmarks/ptb_lm.py --out runs/ptb --evaluate-only   # the run's latest model, on test
     python benchmarks/ptb_lm.py --out runs/ptb_sgd --epochs 25 --chunk-steps 2104 --kim-recipe
+    python benchmarks/ptb_lm.py --out runs/ptb_window --epochs 25 --chunk-steps 1388 --window 35
 
 Anchor: Kim et al. 2016 ("Character-Aware Neural Language Models"), LSTM-Char-Small, 5M
 parameters: 92.3 test perplexity (forward LM, 25 epochs, state carried through the test stream).
@@ -20,6 +21,11 @@ rate 1.0, gradient norm clipped at 5, the learning rate halved after every epoch
 perplexity (here the average of the two directions on the first ``--valid-sentences`` valid sentences)
 does not improve on the previous epoch's by more than 1.0 (``--chunk-steps 2104`` makes a chunk one epoch of 20-sentence
 batches).
+
+``--window 35`` trains as Kim et al. and Zaremba et al. do: the training text in its order, cut into 20
+contiguous rows read in 35-token windows with the LSTM state carried from batch to batch (elmokit's
+``TrainingConfig.window``; ``--chunk-steps 1388`` is then one epoch). Validation then also reads the
+valid sentences as one stream each way (``valid_stream_forward_ppl``).
 
 Two test numbers are reported: every sentence from a zero state (elmokit's setting, as trained), and
 the forward LM reading the test set as one stream (``stream_forward_perplexity``: each sentence starts
@@ -68,6 +74,8 @@ def main() -> int:
                         help="learning rate (default 0.2 for Adagrad, 1.0 with --kim-recipe)")
     parser.add_argument("--kim-recipe", action="store_true",
                         help="SGD, clip 5, lr halved after a chunk whose validation gains <= 1.0 (Kim et al. 2016)")
+    parser.add_argument("--window", type=int, default=0,
+                        help="train on 20 rows of running text in windows of N tokens, the state carried (Kim et al.: 35)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--valid-sentences", type=int, default=1000, help="valid sentences per evaluation (default 1000)")
     parser.add_argument("--test-sentences", type=int, default=None,
@@ -105,7 +113,9 @@ def main() -> int:
     if not vocab_path.exists():
         build_vocabulary(count_tokens(Corpus(str(ptb / "ptb.train.txt")))).save(vocab_path)
     model_config = BiLMConfig(**{**PTB_MODEL, "filters": tuple(map(tuple, PTB_MODEL["filters"]))})
-    training = TrainingConfig(batch_size=args.batch_size, max_length=100, shuffle_buffer=50_000,
+    # the anchors read PTB train in its order; sentence batches are shuffled like bilm-tf's
+    training = TrainingConfig(batch_size=args.batch_size, max_length=100, shuffle_buffer=1 if args.window else 50_000,
+                              window=args.window,
                               softmax="full", seed=0, max_steps=args.max_steps, epochs=args.epochs,
                               checkpoint_every=args.chunk_steps, log_every=50, **optimizer_settings(args, ptb))
     valid = None  # read when first needed: with --kim-recipe the trainer validates itself
@@ -131,6 +141,9 @@ def main() -> int:
         curve.append({"step": result.step, "tokens": result.tokens, "valid_forward_ppl": v_forward,
                       "valid_backward_ppl": v_backward, "lr": lrs[-1] if lrs else training.lr,
                       "hours": (time.time() - began) / 3600})
+        if logged and "valid_stream_fwd_ppl" in logged[-1]:
+            curve[-1].update(valid_stream_forward_ppl=logged[-1]["valid_stream_fwd_ppl"],
+                             valid_stream_backward_ppl=logged[-1]["valid_stream_bwd_ppl"])
         print(json.dumps(curve[-1]), flush=True)
         finished = result.step < stop or (target is not None and result.step >= target)
         step = result.step
@@ -151,12 +164,14 @@ def main() -> int:
 
 
 def optimizer_settings(args, ptb: Path) -> dict:
-    """bilm-tf's Adagrad, or Kim et al.'s SGD with the learning rate halved on a validation plateau."""
+    """bilm-tf's Adagrad, or Kim et al.'s SGD with the learning rate halved on a validation plateau.
+    With ``--window`` the trainer validates each chunk itself (zero state and stream)."""
+    validate = {"valid_corpus": [str(ptb / "ptb.valid.txt")], "valid_every": args.chunk_steps,
+                "valid_sentences": args.valid_sentences}
     if not args.kim_recipe:
-        return {"lr": args.lr or 0.2}
+        return {"lr": args.lr or 0.2, **(validate if args.window else {})}
     return {"optimizer": "sgd", "lr": args.lr or 1.0, "clip_norm": 5.0, "lr_decay": 0.5, "lr_decay_min_gain": 1.0,
-            "valid_corpus": [str(ptb / "ptb.valid.txt")], "valid_every": args.chunk_steps,
-            "valid_sentences": args.valid_sentences}
+            **validate}
 
 
 def test_numbers(lm, vocabulary, test_corpus) -> dict:

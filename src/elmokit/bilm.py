@@ -278,8 +278,24 @@ class BiLM(nn.Module):
             initial = self._warm_rows(ids.shape[0])
         else:
             initial = None
-        final_h, final_c = [], []
-        forward_in, backward_in = tokens, reverse_padded(tokens, lengths)
+        forward_outs, backward_outs, final_h, final_c = self.run_stacks(
+            tokens, reverse_padded(tokens, lengths), lengths, initial)
+        for forward_out, backward_out in zip(forward_outs, backward_outs):
+            layers.append(torch.cat([forward_out, reverse_padded(backward_out, lengths)], dim=-1))
+        if self.stateful:
+            self._update_state(final_h, final_c)
+
+        stacked = torch.stack(layers)  # (L+1, B, T2, 2P)
+        if keep_boundaries:
+            return BiLMOutput(stacked, mask)
+        return BiLMOutput(*remove_boundaries(stacked, mask))
+
+    def run_stacks(self, forward_in: torch.Tensor, backward_in: torch.Tensor, lengths: torch.Tensor, initial=None):
+        """The two LSTM stacks on inputs already in their reading order (``backward_in``: each
+        row reversed). ``initial``: (h (L, 2, B, P), c (L, 2, B, D)) or None for zero.
+        -> forward outputs, backward outputs (each a list of L (B, T, P), in reading order), and
+        the final states h (L, 2, B, P), c (L, 2, B, D)."""
+        forward_outs, backward_outs, final_h, final_c = [], [], [], []
         for layer in range(self.config.n_layers):
             # -- training only: bilm-tf's DropoutWrapper(input_keep_prob) around each (residual)
             # cell, so the residual below adds the dropped input, as in TF. No-op in eval mode.
@@ -294,17 +310,12 @@ class BiLM(nn.Module):
             if layer > 0 and self.config.use_skip_connections:
                 forward_out = forward_out + forward_in  # residual (TF ResidualWrapper)
                 backward_out = backward_out + backward_in
-            layers.append(torch.cat([forward_out, reverse_padded(backward_out, lengths)], dim=-1))
+            forward_outs.append(forward_out)
+            backward_outs.append(backward_out)
             forward_in, backward_in = forward_out, backward_out
             final_h.append(torch.stack([h_f, h_b]))
             final_c.append(torch.stack([c_f, c_b]))
-        if self.stateful:
-            self._update_state(torch.stack(final_h), torch.stack(final_c))
-
-        stacked = torch.stack(layers)  # (L+1, B, T2, 2P)
-        if keep_boundaries:
-            return BiLMOutput(stacked, mask)
-        return BiLMOutput(*remove_boundaries(stacked, mask))
+        return forward_outs, backward_outs, torch.stack(final_h), torch.stack(final_c)
 
     # ---- the reference's stateful mode (spec §3.8) ------------------------------------------
 

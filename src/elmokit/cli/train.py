@@ -30,6 +30,9 @@ from elmokit.cli.training_common import (
 TRAINING_FLAGS = {
     "batch_size": ("--batch-size", positive_int, "sentences per global batch"),
     "batch_tokens": ("--batch-tokens", positive_int, "tokens per global batch instead of --batch-size"),
+    "window": ("--window", non_negative_int,
+               "train on --batch-size rows of running text in windows of N tokens, carrying the LSTM state "
+               "across batches (bilm-tf: 20; Zaremba et al., Kim et al.: 35); 0 = whole sentences from a zero state"),
     "max_length": ("--max-length", positive_int, "cut longer lines into pieces of at most this many tokens"),
     "shuffle_buffer": ("--shuffle-buffer", positive_int, "sentences in the per-shard shuffle buffer"),
     "optimizer": ("--optimizer", str, "adagrad (bilm-tf's) or sgd (Zaremba's and Kim's PTB recipe)"),

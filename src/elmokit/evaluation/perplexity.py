@@ -118,7 +118,20 @@ def stream_forward_perplexity(model, vocabulary, sentences: Iterable[Sequence[st
     ended in (the biLM's ``stateful`` mode, one row), not from zero. This is how Kim et al. (2016)
     and Zaremba et al. (2014) evaluate on PTB (they carry the state through the whole test set).
     Only the forward direction is meaningful here: a stream's backward LM would need the state of
-    the text that follows. The model's stateful setting and carried state are restored after."""
+    the text that follows (``stream_backward_perplexity``). The model's stateful setting and carried
+    state are restored after."""
+    return _stream_perplexity(model, vocabulary, list(sentences), device, backward=False)
+
+
+def stream_backward_perplexity(model, vocabulary, sentences: Iterable[Sequence[str]], *,
+                               device: str | torch.device = "cpu") -> StreamPerplexityResult:
+    """The backward LM's perplexity with the text read as one stream from its end: the sentences in
+    reverse order, each from the backward state the sentence after it ended in. The result's
+    ``forward`` field holds the backward perplexity (the direction this stream reads in)."""
+    return _stream_perplexity(model, vocabulary, list(sentences)[::-1], device, backward=True)
+
+
+def _stream_perplexity(model, vocabulary, sentences, device, *, backward: bool) -> StreamPerplexityResult:
     model.eval()
     bilm = model.bilm
     was_stateful = bilm.stateful
@@ -133,7 +146,7 @@ def stream_forward_perplexity(model, vocabulary, sentences: Iterable[Sequence[st
                 sentence = list(sentence)
                 word_ids = torch.tensor([vocabulary.ids(sentence)], dtype=torch.long, device=device)
                 out = model(batch_to_ids([sentence]).to(device), word_ids)
-                total += float(out.forward_nll)
+                total += float(out.backward_nll if backward else out.forward_nll)
                 n_targets += out.num_targets
                 n_sentences += 1
     finally:

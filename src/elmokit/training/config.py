@@ -11,9 +11,11 @@ against (Zaremba et al. 2014, Kim et al. 2016): plain SGD, and the learning rate
 ``lr_decay`` (Kim: 0.5) whenever a validation does not lower the held-out perplexity by more than
 ``lr_decay_min_gain`` (Kim: 1.0) below the previous validation.
 
-What differs from bilm-tf, deliberately: batches are whole sentences (cut at ``max_length``)
-starting from a zero state, the way elmokit's stateless inference reads them, instead of 20-token
-windows carrying the LSTM state across batches.
+What differs from bilm-tf by default, deliberately: batches are whole sentences (cut at
+``max_length``) starting from a zero state, the way elmokit's stateless inference reads them.
+``window=T`` trains as bilm-tf does (``unroll_steps``) and as the PTB language models do: T-token
+windows of ``batch_size`` contiguous rows of text, the LSTM state carried from batch to batch
+(``data.py``). bilm-tf: T = 20; Zaremba et al. and Kim et al.: T = 35.
 """
 
 from __future__ import annotations
@@ -43,11 +45,15 @@ class TrainingConfig:
     """
 
     # 2: added optimizer, lr_decay, lr_decay_min_gain (missing in version-1 files: Adagrad, no decay).
-    FORMAT_VERSION: ClassVar[int] = 2
+    # 3: added window (missing in older files: 0, whole sentences from a zero state).
+    FORMAT_VERSION: ClassVar[int] = 3
 
     # data
     batch_size: int = 64  # sentences per global batch (unless batch_tokens is set)
     batch_tokens: int | None = None  # or: tokens per global batch (sentences added while they fit)
+    # > 0: batch_size rows of running text read in windows of this many tokens, the LSTM state
+    # carried across batches (bilm-tf's unroll_steps); 0: whole sentences, each from a zero state
+    window: int = 0
     max_length: int = 50  # longer lines are cut into pieces of at most this many tokens
     shuffle_buffer: int = 10_000  # sentences in the per-shard shuffle buffer
     tokenizer: dict = dataclasses.field(default_factory=lambda: {"kind": "whitespace", "lowercase": False})
@@ -102,6 +108,10 @@ class TrainingConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if not (isinstance(self.window, int) and self.window >= 0):
+            raise ValueError(f"window must be an integer >= 0 (0 = whole sentences), got {self.window!r}")
+        if self.window and self.batch_tokens is not None:
+            raise ValueError("window > 0 reads batch_size rows of windows; batch_tokens does not apply to it")
         for name in ("seed", "skip_nonfinite_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0")

@@ -23,6 +23,16 @@ Batches are made of consecutive sentences of that stream, ``batch_size`` sentenc
 epochs. Under data parallelism every rank computes the same global batches and keeps every
 world-size-th sentence of each (``sentences[rank::world_size]``), so the union over ranks is
 exactly what one process would train on with the same global batch.
+
+Carried-state windows (``window_batches``; bilm-tf's ``unroll_steps``, Zaremba et al.'s truncated
+BPTT). Epoch e's sentences, in the order above, are each framed ``<S> w_1 .. w_n </S>`` and
+concatenated into one token stream, which is cut into ``rows`` contiguous rows of equal length
+(the remainder, fewer than ``rows`` tokens, is dropped). Batch k holds tokens ``kT .. kT + T`` of
+every row (T inputs; the last token is a target only) for the forward LM, and the same of every
+row read from its end for the backward LM. The LSTM state is carried from batch k to k + 1, so a
+row is read as one text, and reset at each epoch start. The position of a window batch is
+``Position(epoch, 0, k + 1)``: windows of the epoch already trained. An epoch is tokenised once
+into int32 type ids (4 bytes per token), so it must fit in memory; resuming rebuilds it.
 """
 
 from __future__ import annotations
@@ -34,11 +44,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from elmokit.text.corpus import Corpus, CorpusError, Tokenizer, expand_patterns
 
 NO_SENTENCES = "no sentences: the files are empty or hold blank lines only; fix: give a corpus with text"
 
-__all__ = ["Position", "Batch", "SentenceStream", "batches", "make_tokenizer", "HookTokenizer"]
+__all__ = ["Position", "Batch", "SentenceStream", "batches", "make_tokenizer", "HookTokenizer",
+           "WindowBatch", "window_batches", "BOS_TYPE", "EOS_TYPE"]
 
 
 @dataclass(frozen=True)
@@ -236,3 +249,69 @@ def batches(
             n_tokens += len(sentence)
             last = after
         yield Batch(sentences, epoch, last)
+
+
+# ---- carried-state windows -------------------------------------------------------------------
+
+BOS_TYPE, EOS_TYPE = 0, 1  # type ids of the sentence boundaries in a window; words are >= 2
+
+
+@dataclass
+class WindowBatch:
+    """One window of every row: type ids (rows, T + 1) for each direction, in its reading order
+    (``backward`` is the row reversed), the strings of the word types (``types[i]`` for id i >= 2),
+    the epoch, and the position after it."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    types: list[str]
+    epoch: int
+    end: Position
+    first_of_epoch: bool
+
+    @property
+    def num_tokens(self) -> int:
+        """Words among the forward inputs (boundaries and the target-only last token not counted)."""
+        return int((self.forward[:, :-1] > EOS_TYPE).sum())
+
+
+def epoch_rows(stream: SentenceStream, epoch: int, rows: int) -> tuple[np.ndarray, list[str]]:
+    """Epoch ``epoch`` as ``rows`` contiguous rows of framed sentences: (type ids (rows, n), types)."""
+    types: list[str] = ["<S>", "</S>"]  # placeholders: ids 0 and 1 are the boundaries, not these strings
+    index: dict[str, int] = {}
+    ids: list[int] = []
+    for sentence, after in stream(Position(epoch, 0, 0)):
+        if after.epoch != epoch:
+            break
+        ids.append(BOS_TYPE)
+        for token in sentence:
+            type_id = index.get(token)
+            if type_id is None:
+                type_id = index[token] = len(types)
+                types.append(token)
+            ids.append(type_id)
+        ids.append(EOS_TYPE)
+    length = len(ids) // rows
+    return np.asarray(ids[: length * rows], dtype=np.int32).reshape(rows, length), types
+
+
+def window_batches(stream: SentenceStream, *, rows: int, window: int, start: Position = Position()) -> Iterator[WindowBatch]:
+    """Carried-state window batches from ``start`` on, forever (module doc)."""
+    if rows < 1 or window < 1:
+        raise ValueError("rows and window must be at least 1")
+    epoch, first = start.epoch, start.offset
+    while True:
+        forward, types = epoch_rows(stream, epoch, rows)
+        n_windows = (forward.shape[1] - 1) // window
+        if n_windows < 1:
+            raise CorpusError(f"corpus {', '.join(map(str, stream.patterns))}: an epoch holds {forward.size} tokens, "
+                              f"too few for {rows} rows of windows of {window} (+1) tokens; fix: a smaller "
+                              "batch size or window")
+        if first > n_windows:
+            raise ValueError(f"resume position {start} is past the {n_windows} windows of epoch {epoch}; "
+                             "has the corpus, the tokenizer, the batch size or the window changed since the checkpoint?")
+        backward = np.ascontiguousarray(forward[:, ::-1])
+        for k in range(first, n_windows):
+            span = slice(k * window, (k + 1) * window + 1)
+            yield WindowBatch(forward[:, span], backward[:, span], types, epoch, Position(epoch, 0, k + 1), k == 0)
+        epoch, first = epoch + 1, 0

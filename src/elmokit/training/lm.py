@@ -320,6 +320,17 @@ class LMOutput:
         return (self.forward_nll + self.backward_nll) / (2 * max(self.num_targets, 1))
 
 
+@dataclass
+class WindowLMOutput:
+    """A carried-state window's summed NLLs (nats) and its scored targets per direction (they may
+    differ by a sentence boundary or two within a window; over an epoch they are equal)."""
+
+    forward_nll: torch.Tensor
+    backward_nll: torch.Tensor
+    forward_targets: int
+    backward_targets: int
+
+
 class LanguageModel(nn.Module):
     """biLM + the shared softmax. ``forward(char_ids (B, T, C), word_ids (B, T))`` -> LMOutput.
 
@@ -369,6 +380,38 @@ class LanguageModel(nn.Module):
         else:
             nll = sampled_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias, candidates)
         return LMOutput(nll[:n].sum(), nll[n:].sum(), n)
+
+    def window_forward(self, unique_chars: torch.Tensor, forward_index: torch.Tensor, backward_index: torch.Tensor,
+                       forward_targets: torch.Tensor, backward_targets: torch.Tensor, forward_scored: torch.Tensor,
+                       backward_scored: torch.Tensor, state=None, *, candidates: Candidates | None = None):
+        """One carried-state window (``training/data.py``): -> (WindowLMOutput, final state, detached).
+
+        ``unique_chars`` (U, C): the char ids of the window's distinct tokens (boundaries included);
+        ``forward_index``/``backward_index`` (B, T): each input position's row in it, in the
+        direction's reading order; ``*_targets`` (B, T): the next token's vocabulary id in that
+        order; ``*_scored`` (B, T) bool: whether that target counts (not the next sentence's start
+        marker); ``state``: (h (L, 2, B, P), c (L, 2, B, D)) carried from the previous window, or None.
+        """
+        batch_size, steps = forward_index.shape
+        P = self.bilm.config.projection_dim
+        table = self.bilm.token_encoder(unique_chars)  # (U, P): each distinct token once
+        forward_in = rows(table, forward_index.reshape(-1)).view(batch_size, steps, P)
+        backward_in = rows(table, backward_index.reshape(-1)).view(batch_size, steps, P)
+        lengths = torch.full((batch_size,), steps, dtype=torch.long, device=forward_index.device)
+        forward_outs, backward_outs, final_h, final_c = self.bilm.run_stacks(forward_in, backward_in, lengths, state)
+        fwd, bwd = forward_outs[-1][forward_scored], backward_outs[-1][backward_scored]  # (N_f, P), (N_b, P)
+        dropout = self.bilm.config.dropout
+        if self.training and dropout > 0.0:  # bilm-tf drops the LSTM output before the softmax
+            fwd, bwd = F.dropout(fwd, dropout, training=True), F.dropout(bwd, dropout, training=True)
+        n_forward = fwd.shape[0]
+        hidden = torch.cat([fwd, bwd])
+        targets = torch.cat([forward_targets[forward_scored], backward_targets[backward_scored]])
+        if candidates is None:
+            nll = full_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias)
+        else:
+            nll = sampled_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias, candidates)
+        output = WindowLMOutput(nll[:n_forward].sum(), nll[n_forward:].sum(), n_forward, bwd.shape[0])
+        return output, (final_h.detach(), final_c.detach())
 
     # ---- files ---------------------------------------------------------------------------
 

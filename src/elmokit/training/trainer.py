@@ -36,11 +36,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from elmokit.bilm import BiLMConfig
 from elmokit.io import atomic_path
-from elmokit.text.chars import batch_to_ids
+from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 from elmokit.training.checkpoint import (
     file_sha256,
     latest_checkpoint,
@@ -49,7 +50,17 @@ from elmokit.training.checkpoint import (
     write_checkpoint,
 )
 from elmokit.training.config import RESUMABLE_CHANGES, TrainingConfig
-from elmokit.training.data import Batch, Position, SentenceStream, batches, make_tokenizer
+from elmokit.training.data import (
+    BOS_TYPE,
+    EOS_TYPE,
+    Batch,
+    Position,
+    SentenceStream,
+    WindowBatch,
+    batches,
+    make_tokenizer,
+    window_batches,
+)
 from elmokit.training.distributed import DistributedContext
 from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.training.loop import (
@@ -278,6 +289,13 @@ class _Run:
         self.metrics = MetricsLog(run_dir / "metrics.jsonl", context.is_main)
         self.history: list[dict] = self.metrics.history
         self.valid_sentences = None
+        # window > 0: the LSTM state carried from window to window (None = zero), and the word
+        # types' vocabulary ids of the current epoch's type table
+        self.carried: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.type_vocab_ids: tuple[int, np.ndarray] | None = None
+        if training.window and context.world_size > 1:
+            raise RunError("--window trains on one process for now: the carried state of each rank's rows is not "
+                           "gathered into the checkpoint; run without torchrun, or without --window")
         return self
 
     def _open_run_folder(self, corpus, vocab_path, resume, command) -> None:
@@ -341,6 +359,9 @@ class _Run:
             logger.info("%s: no checkpoint yet; starting from step 0", self.run_dir)
             return
         model_state, state = read_checkpoint(ckpt, self.optimizer, self.names)
+        carried = [model_state.pop(name, None) for name in CARRIED_STATE_NAMES]
+        if self.training.window and all(t is not None for t in carried):
+            self.carried = (carried[0].to(device), carried[1].to(device))
         self.model.load_state_dict({k: v.to(device) for k, v in model_state.items()})
         self.step, self.tokens_seen = state["step"], state["tokens"]
         self.elapsed_before = state["elapsed_s"]
@@ -385,9 +406,13 @@ class _Run:
         self.start_time = time.perf_counter()
         self.window_tokens, self.window_start = 0, time.perf_counter()
         self.tokens_at_start, self.first_step, self.last_saved = self.tokens_seen, self.step, self.step
-        self.data = batches(self.stream, start=self.position,
-                            batch_size=None if training.batch_tokens else training.batch_size,
-                            batch_tokens=training.batch_tokens)
+        if training.window:
+            self.data = window_batches(self.stream, rows=training.batch_size, window=training.window,
+                                       start=self.position)
+        else:
+            self.data = batches(self.stream, start=self.position,
+                                batch_size=None if training.batch_tokens else training.batch_size,
+                                batch_tokens=training.batch_tokens)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.start_time
@@ -395,17 +420,20 @@ class _Run:
     def loop(self) -> None:
         training, context = self.training, self.context
         while training.max_steps is None or self.step < training.max_steps:
-            batch: Batch = next(self.data)
+            batch: Batch | WindowBatch = next(self.data)
             if training.epochs is not None and batch.epoch >= training.epochs:
                 break
-            if len(batch.sentences) < context.world_size:
+            if isinstance(batch, Batch) and len(batch.sentences) < context.world_size:
                 logger.warning("skipping a batch of %d sentences: fewer than the %d ranks", len(batch.sentences),
                                context.world_size)
                 self.position = batch.end
                 continue
             self.step += 1
-            outcome = _step(self.train_model, self.model, self.optimizer, batch, self.vocabulary, training,
-                            self.sampled, self.step, self.device, context)
+            if isinstance(batch, WindowBatch):
+                outcome = self._window_step(batch)
+            else:
+                outcome = _step(self.train_model, self.model, self.optimizer, batch, self.vocabulary, training,
+                                self.sampled, self.step, self.device, context)
             self.position = batch.end
             self.tokens_seen += batch.num_tokens
             self.window_tokens += batch.num_tokens
@@ -422,6 +450,51 @@ class _Run:
                 self.save()
         if self.bar is not None:
             self.bar.close()
+
+    def _window_step(self, batch: WindowBatch) -> _StepOutcome:
+        """One optimiser step on a carried-state window (``data.py``): the state the previous window
+        ended in is the initial state (zero at an epoch's start); gradients stop at the window's start
+        (truncated backpropagation through time, as bilm-tf and Zaremba et al.)."""
+        model, training, device = self.model, self.training, self.device
+        if batch.first_of_epoch:
+            self.carried = None
+        forward_in, backward_in = batch.forward[:, :-1], batch.backward[:, :-1]  # (B, T) type ids
+        unique, inverse = np.unique(np.concatenate([forward_in, backward_in]), return_inverse=True)
+        inverse = torch.from_numpy(inverse.reshape(2, *forward_in.shape).astype(np.int64)).to(device)
+        vocab_ids = torch.from_numpy(self._type_vocab_ids(batch.types)).to(device)
+        forward_targets = vocab_ids[torch.from_numpy(batch.forward[:, 1:].astype(np.int64)).to(device)]
+        backward_targets = vocab_ids[torch.from_numpy(batch.backward[:, 1:].astype(np.int64)).to(device)]
+        # a sentence's last input (</S> forward, <S> backward) would predict the next sentence's start marker
+        forward_scored = torch.from_numpy(forward_in != EOS_TYPE).to(device)
+        backward_scored = torch.from_numpy(backward_in != BOS_TYPE).to(device)
+        candidates = (
+            Candidates.draw(len(self.vocabulary), training.n_negative_samples, seed=training.seed, step=self.step,
+                            device=device)
+            if self.sampled else None
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        with _autocast(device, training.bf16):
+            out, carried = model.window_forward(
+                _type_char_ids(batch.types, unique).to(device), inverse[0], inverse[1], forward_targets,
+                backward_targets, forward_scored, backward_scored, self.carried, candidates=candidates)
+        n_f, n_b = max(out.forward_targets, 1), max(out.backward_targets, 1)
+        # bilm-tf's 0.5 * (mean_f + mean_b), times loss_scale
+        (0.5 * training.loss_scale * (out.forward_nll / n_f + out.backward_nll / n_b)).backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm)
+        fwd, bwd = out.forward_nll.item() / n_f, out.backward_nll.item() / n_b
+        outcome = _StepOutcome(0.5 * (fwd + bwd), fwd, bwd, float(grad_norm))
+        if outcome.finite:
+            self.optimizer.step()
+            self.carried = carried
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+        return outcome
+
+    def _type_vocab_ids(self, types: list[str]) -> np.ndarray:
+        """Vocabulary ids of an epoch's type table (boundaries first), computed once per table."""
+        if self.type_vocab_ids is None or self.type_vocab_ids[0] != id(types):
+            self.type_vocab_ids = (id(types), _vocab_ids_of_types(self.vocabulary, types))
+        return self.type_vocab_ids[1]
 
     def _write_metrics(self, entry: dict) -> None:
         self.metrics.write(entry)
@@ -465,7 +538,11 @@ class _Run:
         if context.is_main:
             from itertools import islice
 
-            from elmokit.evaluation.perplexity import perplexity
+            from elmokit.evaluation.perplexity import (
+                perplexity,
+                stream_backward_perplexity,
+                stream_forward_perplexity,
+            )
             from elmokit.text.corpus import Corpus
 
             if self.valid_sentences is None:
@@ -474,16 +551,22 @@ class _Run:
             rng = torch.get_rng_state()  # evaluation draws nothing, but keep the stream untouched anyway
             began = time.perf_counter()
             result = perplexity(model, self.vocabulary, self.valid_sentences, device=self.device)
+            entry = {"step": self.step, "valid_fwd_ppl": result.forward, "valid_bwd_ppl": result.backward,
+                     "valid_ppl": result.average, "valid_targets": result.num_targets}
+            scheduled = result.average
+            if training.window:  # trained on running text: also read the valid text as one stream each way
+                forward = stream_forward_perplexity(model, self.vocabulary, self.valid_sentences, device=self.device)
+                backward = stream_backward_perplexity(model, self.vocabulary, self.valid_sentences, device=self.device)
+                entry.update(valid_stream_fwd_ppl=forward.forward, valid_stream_bwd_ppl=backward.forward)
+                scheduled = 0.5 * (forward.forward + backward.forward)  # the protocol the model is trained for
             torch.set_rng_state(rng)
             model.train()
-            self._write_metrics({"step": self.step, "valid_fwd_ppl": result.forward, "valid_bwd_ppl": result.backward,
-                                 "valid_ppl": result.average, "valid_targets": result.num_targets,
-                                 "valid_seconds": round(time.perf_counter() - began, 1)})
+            self._write_metrics({**entry, "valid_seconds": round(time.perf_counter() - began, 1)})
             logger.info("step %d  valid perplexity fwd %.1f bwd %.1f avg %.1f", self.step, result.forward,
                         result.backward, result.average)
         if training.lr_decay < 1.0:
             # the main rank measured; every rank must take the same decision
-            (valid_ppl,) = context.all_sum([result.average if context.is_main else 0.0], self.device)
+            (valid_ppl,) = context.all_sum([scheduled if context.is_main else 0.0], self.device)
             self._decay_on_plateau(valid_ppl)
         context.barrier()
 
@@ -512,7 +595,8 @@ class _Run:
         if context.is_main:
             write_checkpoint(
                 self.checkpoints, self.step,
-                model_state=self.model.state_dict(), optimizer=self.optimizer, param_names=self.names,
+                model_state={**self.model.state_dict(), **self._carried_tensors()},
+                optimizer=self.optimizer, param_names=self.names,
                 state={"step": self.step, "tokens": self.tokens_seen, "position": self.position.to_dict(),
                        "elapsed_s": self.elapsed(), "world_size": context.world_size, **rng_states,
                        "skipped_nonfinite": self.skipped, "threads": torch.get_num_threads(),
@@ -521,6 +605,12 @@ class _Run:
             )
         context.barrier()
         self.last_saved = self.step
+
+    def _carried_tensors(self) -> dict[str, torch.Tensor]:
+        """The carried window state, saved beside the weights so that a resumed run continues the rows."""
+        if self.carried is None:
+            return {}
+        return dict(zip(CARRIED_STATE_NAMES, self.carried))
 
     def save_final(self) -> None:
         if self.step != self.last_saved or latest_checkpoint(self.checkpoints) is None:
@@ -542,6 +632,24 @@ class _Run:
             }, model_card=card)
         self.context.barrier()
         return TrainResult(self.step, self.tokens_seen, self.last_loss, self.run_dir, model_dir, self.elapsed(), self.history)
+
+
+# checkpoint names of the carried window state: h (L, 2, B, P), c (L, 2, B, D)
+CARRIED_STATE_NAMES = ("carried_state/h", "carried_state/c")
+
+
+def _vocab_ids_of_types(vocabulary: Vocabulary, types: list[str]) -> np.ndarray:
+    """Vocabulary ids of a window type table: <S>, </S>, then the words'."""
+    return np.asarray([vocabulary.bos, vocabulary.eos, *vocabulary.ids(types[2:])], dtype=np.int64)
+
+
+def _type_char_ids(types: list[str], type_ids: np.ndarray) -> torch.Tensor:
+    """Char ids (U, C) of sorted type ids: the boundary markers' own char ids, then the words'."""
+    words = [types[i] for i in type_ids if i > EOS_TYPE]
+    chars = batch_to_ids([words])[0] if words else torch.zeros(0, BOS_CHAR_IDS.shape[0], dtype=torch.long)
+    boundaries = [torch.from_numpy(BOS_CHAR_IDS if i == BOS_TYPE else EOS_CHAR_IDS).long()
+                  for i in type_ids if i <= EOS_TYPE]
+    return torch.cat([torch.stack(boundaries), chars]) if boundaries else chars
 
 
 def _exp(x: float) -> float:
