@@ -135,6 +135,7 @@ def test_load_refuses_a_representation_of_another_shape(hidden_bit, tmp_path):
         SequenceTagger.load(tmp_path)
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_crf_ner_in_bioes_predicts_valid_bio(hidden_bit):
     """NER labels trained in BIOES come back as BIO; constrained decoding gives strict-valid chunks."""
     train, dev, rep = hidden_bit

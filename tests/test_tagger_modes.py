@@ -102,6 +102,7 @@ def _train(hidden_bit, mode):
     return train_tagger(train, dev, config, representation=rep, options=options, log=lambda m: None), dev, rep
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_second_to_last_sees_the_bit_and_embeddings_do_not(hidden_bit):
     # HiddenBitRepresentation carries the answer in layer 1 of 3: the second-to-last.
     seen, dev, _ = _train(hidden_bit, "second-to-last")
@@ -110,6 +111,7 @@ def test_second_to_last_sees_the_bit_and_embeddings_do_not(hidden_bit):
     assert unseen.evaluate(dev)["accuracy"] < 0.7
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_concat_and_taglm_taggers_save_and_load_exactly(hidden_bit, tmp_path):
     for mode in ("concat-last-four", "taglm"):
         tagger, dev, rep = _train(hidden_bit, mode)

@@ -47,6 +47,7 @@ def test_golden_loss_curve(tmp_path):
     np.testing.assert_allclose([l for _, l in got], [l for _, l in expected], rtol=1e-4)
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_tiny_preset_learns(tmp_path):
     result = run_tiny(tmp_path / "run", max_steps=60, log_every=1, checkpoint_every=100)
     losses = [e["loss"] for e in result.history if "loss" in e]
@@ -177,6 +178,7 @@ def test_epochs_stop_at_the_end_of_the_corpus(tmp_path):
     assert result.tokens == 2 * 370
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_bf16_autocast_trains(tmp_path):
     """The optional bf16 mode runs on the CPU and still learns (loss stays finite and falls)."""
     result = run_tiny(tmp_path / "run", max_steps=20, bf16=True, checkpoint_every=100)

@@ -65,6 +65,7 @@ def test_a_budget_stop_is_a_step_boundary_and_resuming_past_it_is_bit_identical(
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_a_budget_alone_ends_at_the_first_step_past_it_with_a_constant_rate_after_warmup(tmp_path, corpus, capsys):
     out = tmp_path / "run"
     with one_thread():
@@ -96,6 +97,7 @@ def test_a_budget_must_be_a_positive_finite_number_and_is_one_way_to_say_how_lon
     assert "--max-seconds" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_ernie_stages_are_thirds_of_max_steps_and_a_resumed_run_keeps_its_stage(tmp_path, corpus):
     """`pretrain` hands the run's first max_steps to ERNIE (thirds: basic, phrase, entity) and checkpoints its
     batch counter, so 6 straight steps and 1 + 3 + 2 (a budget stop, then two resumes) run the same stages and

@@ -62,6 +62,7 @@ def _ready(page, view: str) -> None:
     page.wait_for_selector(f"#view-{view}[data-state=ready]", timeout=15000)
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_the_four_views_draw_what_the_api_answers(browser, full_server):
     page, errors = _open(browser, full_server)
     client = full_server.client
@@ -122,6 +123,7 @@ def test_the_four_views_draw_what_the_api_answers(browser, full_server):
     page.close()
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_without_index_or_task_models_each_view_says_so(browser, server):
     page, errors = _open(browser, server)
     page.wait_for_selector("#view-neighbors[data-state=unavailable]")

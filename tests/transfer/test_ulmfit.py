@@ -168,6 +168,7 @@ def test_unfreeze_all_updates_every_group_from_the_first_epoch():
     assert changed(before, model.layer_groups()) == [True] * 4
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_lm_fine_tuning_lowers_the_task_text_loss():
     lm = make_lm()
     before = language_model_loss(lm, VOCAB, SENTENCES)

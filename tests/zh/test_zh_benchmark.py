@@ -82,6 +82,7 @@ def test_cws_trains_on_peoples_daily_and_scores_pku_gold_as_words(tmp_path):
     assert row["test_score"] == test["f1"]
 
 
+@pytest.mark.slow  # an end-to-end run of 2-4 s; the default suite stays under a minute, CI runs it with -m slow
 def test_weibo_with_the_chinese_elmo_aligns_characters_and_the_saved_tagger_rebuilds_it(tmp_path, jieba_model):
     root = _data_dir(tmp_path)
     spec = {"kind": "elmo", "model": str(jieba_model)}
