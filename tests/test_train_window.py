@@ -2,14 +2,16 @@
 ones restated by hand here, a row read in windows with the state carried scores exactly what the biLM's
 stateful stream evaluation scores on the same text, and a stopped run resumes its rows bit-exactly."""
 
+import json
 import math
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_helpers import GOLDEN_MODEL, run_tiny, tiny_vocab
+from train_helpers import GOLDEN_MODEL, TINY_CORPUS, run_tiny, tiny_vocab
 
-from elmokit.evaluation.perplexity import stream_backward_perplexity, stream_forward_perplexity
+from elmokit.cli.main import main
+from elmokit.evaluation.perplexity import perplexity, stream_backward_perplexity, stream_forward_perplexity
 from elmokit.training.config import TrainingConfig
 from elmokit.training.data import BOS_TYPE, EOS_TYPE, Position, SentenceStream, window_batches
 from elmokit.training.lm import LanguageModel
@@ -98,8 +100,6 @@ def test_windows_with_the_carried_state_score_what_the_stateful_stream_scores(tm
             assert f == pytest.approx(forward.forward_nll, rel=1e-5)
             assert b == pytest.approx(backward.forward_nll, rel=1e-5)
     # not vacuous: the zero-state-per-sentence score differs
-    from elmokit.evaluation.perplexity import perplexity
-
     assert math.log(perplexity(model, vocabulary, sentences).forward) * n_forward != pytest.approx(forward_nll, rel=1e-3)
 
 
@@ -124,8 +124,6 @@ def test_a_stopped_window_run_resumes_its_rows_exactly(tmp_path):
 
 
 def test_window_validation_reads_the_valid_text_as_streams(tmp_path):
-    from train_helpers import TINY_CORPUS
-
     result = run_tiny(tmp_path / "run", max_steps=2, valid_corpus=[str(TINY_CORPUS)], valid_every=2,
                       valid_sentences=6, **WINDOW)
     (entry,) = [e for e in result.history if "valid_ppl" in e]
@@ -140,3 +138,16 @@ def test_window_validation_reads_the_valid_text_as_streams(tmp_path):
 def test_bad_window_settings_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         TrainingConfig(max_steps=1, **changes)
+
+
+def test_the_cli_trains_in_windows_and_records_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["train", "--corpus", str(TINY_CORPUS), "--vocab", str(tiny_vocab(tmp_path)), "--preset", "tiny",
+                 "--out", str(run), "--max-steps", "2", "--window", "8", "--batch-size", "6", "--shuffle-buffer", "1",
+                 "--threads", "1"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((run / "training.json").read_text())["training"]["window"] == 8
+    (checkpoint,) = (run / "checkpoints").iterdir()
+    assert "carried_state/h" in load_file(str(checkpoint / "model.safetensors"))
+    # the model folder holds the weights only, not the carried state
+    assert "carried_state/h" not in load_file(str(run / "model" / "model.safetensors"))
