@@ -149,5 +149,7 @@ def test_the_cli_trains_in_windows_and_records_it(tmp_path, capsys):
     assert json.loads((run / "training.json").read_text())["training"]["window"] == 8
     (checkpoint,) = (run / "checkpoints").iterdir()
     assert "carried_state/h" in load_file(str(checkpoint / "model.safetensors"))
+    card = (run / "model" / "README.md").read_text()
+    assert "batch 6 rows of running text read in windows of 8 tokens, the LSTM state carried" in card
     # the model folder holds the weights only, not the carried state
     assert "carried_state/h" not in load_file(str(run / "model" / "model.safetensors"))

@@ -163,8 +163,7 @@ def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, voca
         f"- steps: {step:,}; training tokens: {tokens:,} (real tokens, boundaries excluded); "
         f"wall time {elapsed_s / 3600:.2f} h ({elapsed_s / 60:.1f} min)",
         f"- optimiser: {_optimizer_text(training)}, "
-        f"clip {training.clip_norm}, loss scale {training.loss_scale}; batch "
-        + (f"{training.batch_tokens} tokens" if training.batch_tokens else f"{training.batch_size} sentences")
+        f"clip {training.clip_norm}, loss scale {training.loss_scale}; batch " + _batch_text(training)
         + f"; seed {training.seed}",
         f"- softmax: {'sampled, ' + str(training.n_negative_samples) + ' negatives' if sampled else 'full'}"
         + (f"; last logged training loss {last_loss:.4f} (perplexity {_exp(last_loss):.1f}"
@@ -174,6 +173,15 @@ def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, voca
         "",
     ]
     return "\n".join(lines)
+
+
+def _batch_text(training: TrainingConfig) -> str:
+    if training.window:
+        return (f"{training.batch_size} rows of running text read in windows of {training.window} tokens, the LSTM "
+                "state carried from batch to batch")
+    if training.batch_tokens:
+        return f"{training.batch_tokens} tokens"
+    return f"{training.batch_size} sentences, each from a zero state"
 
 
 def _optimizer_text(training: TrainingConfig) -> str:
