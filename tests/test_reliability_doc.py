@@ -1,6 +1,7 @@
 """docs/reliability.md is kept true: every row of its table names the tests that check it, and they exist."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -18,9 +19,10 @@ def table_rows():
     return rows
 
 
-def defined_tests(path: Path) -> set[str]:
+@functools.cache  # a file is named by many rows: parse it once
+def defined_tests(path: Path) -> frozenset[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return frozenset(node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def test_the_table_has_rows_and_every_row_names_an_outcome_and_a_test():
