@@ -118,7 +118,7 @@ def main() -> int:
                               window=args.window,
                               softmax="full", seed=0, max_steps=args.max_steps, epochs=args.epochs,
                               checkpoint_every=args.chunk_steps, log_every=50, **optimizer_settings(args, ptb))
-    valid = None  # read when first needed: with --kim-recipe the trainer validates itself
+    valid = None  # read when first needed: with --kim-recipe or --window the trainer validates itself
     curve = []
     target = args.max_steps
     step = 0

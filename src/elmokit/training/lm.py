@@ -369,17 +369,22 @@ class LanguageModel(nn.Module):
 
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor, *, candidates: Candidates | None = None) -> LMOutput:
         fwd, bwd, fwd_targets, bwd_targets = self.target_hidden(char_ids, word_ids)
+        forward_nll, backward_nll = self._summed_nll(fwd, bwd, fwd_targets, bwd_targets, candidates)
+        return LMOutput(forward_nll, backward_nll, fwd.shape[0])
+
+    def _summed_nll(self, fwd, bwd, fwd_targets, bwd_targets, candidates):
+        """Both directions' top-layer vectors (N_f, P), (N_b, P) through one softmax: their summed NLLs."""
         dropout = self.bilm.config.dropout
         if self.training and dropout > 0.0:  # bilm-tf drops the LSTM output before the softmax
             fwd, bwd = F.dropout(fwd, dropout, training=True), F.dropout(bwd, dropout, training=True)
         n = fwd.shape[0]
-        hidden = torch.cat([fwd, bwd])  # (2N, P)
-        targets = torch.cat([fwd_targets, bwd_targets])  # (2N,)
+        hidden = torch.cat([fwd, bwd])  # (N_f + N_b, P)
+        targets = torch.cat([fwd_targets, bwd_targets])
         if candidates is None:
             nll = full_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias)
         else:
             nll = sampled_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias, candidates)
-        return LMOutput(nll[:n].sum(), nll[n:].sum(), n)
+        return nll[:n].sum(), nll[n:].sum()
 
     def window_forward(self, unique_chars: torch.Tensor, forward_index: torch.Tensor, backward_index: torch.Tensor,
                        forward_targets: torch.Tensor, backward_targets: torch.Tensor, forward_scored: torch.Tensor,
@@ -400,17 +405,9 @@ class LanguageModel(nn.Module):
         lengths = torch.full((batch_size,), steps, dtype=torch.long, device=forward_index.device)
         forward_outs, backward_outs, final_h, final_c = self.bilm.run_stacks(forward_in, backward_in, lengths, state)
         fwd, bwd = forward_outs[-1][forward_scored], backward_outs[-1][backward_scored]  # (N_f, P), (N_b, P)
-        dropout = self.bilm.config.dropout
-        if self.training and dropout > 0.0:  # bilm-tf drops the LSTM output before the softmax
-            fwd, bwd = F.dropout(fwd, dropout, training=True), F.dropout(bwd, dropout, training=True)
-        n_forward = fwd.shape[0]
-        hidden = torch.cat([fwd, bwd])
-        targets = torch.cat([forward_targets[forward_scored], backward_targets[backward_scored]])
-        if candidates is None:
-            nll = full_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias)
-        else:
-            nll = sampled_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias, candidates)
-        output = WindowLMOutput(nll[:n_forward].sum(), nll[n_forward:].sum(), n_forward, bwd.shape[0])
+        forward_nll, backward_nll = self._summed_nll(fwd, bwd, forward_targets[forward_scored],
+                                                     backward_targets[backward_scored], candidates)
+        output = WindowLMOutput(forward_nll, backward_nll, fwd.shape[0], bwd.shape[0])
         return output, (final_h.detach(), final_c.detach())
 
     # ---- files ---------------------------------------------------------------------------

@@ -300,7 +300,7 @@ class _Run:
         # window > 0: the LSTM state carried from window to window (None = zero), and the word
         # types' vocabulary ids of the current epoch's type table
         self.carried: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.type_vocab_ids: tuple[int, np.ndarray] | None = None
+        self.type_vocab_ids: tuple[list[str], torch.Tensor] | None = None
         if training.window and context.world_size > 1:
             raise RunError("--window trains on one process for now: the carried state of each rank's rows is not "
                            "gathered into the checkpoint; run without torchrun, or without --window")
@@ -469,7 +469,7 @@ class _Run:
         forward_in, backward_in = batch.forward[:, :-1], batch.backward[:, :-1]  # (B, T) type ids
         unique, inverse = np.unique(np.concatenate([forward_in, backward_in]), return_inverse=True)
         inverse = torch.from_numpy(inverse.reshape(2, *forward_in.shape).astype(np.int64)).to(device)
-        vocab_ids = torch.from_numpy(self._type_vocab_ids(batch.types)).to(device)
+        vocab_ids = self._type_vocab_ids(batch.types)
         forward_targets = vocab_ids[torch.from_numpy(batch.forward[:, 1:].astype(np.int64)).to(device)]
         backward_targets = vocab_ids[torch.from_numpy(batch.backward[:, 1:].astype(np.int64)).to(device)]
         # a sentence's last input (</S> forward, <S> backward) would predict the next sentence's start marker
@@ -487,21 +487,19 @@ class _Run:
                 backward_targets, forward_scored, backward_scored, self.carried, candidates=candidates)
         n_f, n_b = max(out.forward_targets, 1), max(out.backward_targets, 1)
         # bilm-tf's 0.5 * (mean_f + mean_b), times loss_scale
-        (0.5 * training.loss_scale * (out.forward_nll / n_f + out.backward_nll / n_b)).backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm)
         fwd, bwd = out.forward_nll.item() / n_f, out.backward_nll.item() / n_b
-        outcome = _StepOutcome(0.5 * (fwd + bwd), fwd, bwd, float(grad_norm))
+        outcome = _differentiate_and_update(
+            model, self.optimizer, 0.5 * training.loss_scale * (out.forward_nll / n_f + out.backward_nll / n_b),
+            training.clip_norm, 0.5 * (fwd + bwd), fwd, bwd)
         if outcome.finite:
-            self.optimizer.step()
             self.carried = carried
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
         return outcome
 
-    def _type_vocab_ids(self, types: list[str]) -> np.ndarray:
-        """Vocabulary ids of an epoch's type table (boundaries first), computed once per table."""
-        if self.type_vocab_ids is None or self.type_vocab_ids[0] != id(types):
-            self.type_vocab_ids = (id(types), _vocab_ids_of_types(self.vocabulary, types))
+    def _type_vocab_ids(self, types: list[str]) -> torch.Tensor:
+        """Vocabulary ids of an epoch's type table (boundaries first) on the run's device, once per table
+        (the table itself is kept for the identity test: a freed table's id() could name the next one)."""
+        if self.type_vocab_ids is None or self.type_vocab_ids[0] is not types:
+            self.type_vocab_ids = (types, torch.from_numpy(_vocab_ids_of_types(self.vocabulary, types)).to(self.device))
         return self.type_vocab_ids[1]
 
     def _write_metrics(self, entry: dict) -> None:
@@ -683,10 +681,18 @@ def _step(train_model, model: LanguageModel, optimizer, batch: Batch, vocabulary
         out = train_model(char_ids, word_ids, candidates=candidates)
     # Normalised by the *global* number of targets; x world_size undoes DDP's gradient averaging.
     scale = training.loss_scale * context.world_size / (2.0 * global_targets)
-    ((out.forward_nll + out.backward_nll) * scale).backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm)
     fwd, bwd = context.all_sum([out.forward_nll.item(), out.backward_nll.item()], device)
-    outcome = _StepOutcome((fwd + bwd) / (2 * global_targets), fwd / global_targets, bwd / global_targets, float(grad_norm))
+    return _differentiate_and_update(model, optimizer, (out.forward_nll + out.backward_nll) * scale, training.clip_norm,
+                                     (fwd + bwd) / (2 * global_targets), fwd / global_targets, bwd / global_targets)
+
+
+def _differentiate_and_update(model, optimizer, objective: torch.Tensor, clip_norm: float, loss: float, fwd: float,
+                              bwd: float) -> _StepOutcome:
+    """Backward, clip the global gradient norm, and step - unless the loss or the gradient norm is
+    non-finite (the same on every rank), when the gradients are dropped and the weights stay."""
+    objective.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    outcome = _StepOutcome(loss, fwd, bwd, float(grad_norm))
     if outcome.finite:
         optimizer.step()
     else:
