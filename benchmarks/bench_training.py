@@ -3,12 +3,16 @@
     python benchmarks/bench_training.py                       # small preset, 2 threads
     python benchmarks/bench_training.py --preset small --set lstm_dim=512 --negatives 4096 --threads 1
     python benchmarks/bench_training.py --threads 1 --set lstm_dim=512 --negatives 4096 --lstm-path both --profile
+    python benchmarks/bench_training.py --threads 1 --set lstm_dim=512 --negatives 4096 --softmax-update both
 
 ``--lstm-path both`` compares the LSTM's two training paths (elmokit.nn.lstm.TRAINING_PATH: the
 hand-written BPTT "fused", the per-step autograd loop "autograd") in one invocation: two copies of
 the model from the same initial weights, each step's batch run on one then the other (the order
 alternating), so that the load of other processes falls on both alike. ``--profile`` adds
-torch.profiler's top operators (self CPU time) of one step of each path.
+torch.profiler's top operators (self CPU time) of one step of each path. ``--softmax-update both``
+compares the same way the two Adagrad updates of the sampled softmax: "rows" (what a one-process
+`elmokit train` does: only the rows a step touches, training/lm.py SoftmaxRows) and "dense" (the
+whole (V, P) table, as DDP ranks do).
 
 A step is what `elmokit train` does: char ids -> biLM (forward + backward LM) -> sampled (or
 full) softmax -> backward -> clip -> Adagrad. Sentences are 20-token pieces of the gutenberg_en
@@ -141,6 +145,9 @@ def main() -> int:
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast of the forward pass (as `elmokit train --bf16`)")
     parser.add_argument("--lstm-path", default="fused", choices=["fused", "autograd", "both"],
                         help="LSTM training path (elmokit.nn.lstm.TRAINING_PATH); both = compare them (default fused)")
+    parser.add_argument("--softmax-update", default="rows", choices=["rows", "dense", "both"],
+                        help="Adagrad on the sampled softmax's touched rows (one process's trainer) or on the "
+                             "whole table (DDP's); both = compare them (default rows)")
     parser.add_argument("--profile", action="store_true", help="print the top operators of one extra step of each path")
     parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args()
@@ -148,6 +155,7 @@ def main() -> int:
     from elmokit.bilm import PRESETS
     from elmokit.text.chars import batch_to_ids
     from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
+    from elmokit.training.trainer import _differentiate_and_update
 
     torch.set_num_threads(args.threads)
     config = PRESETS[args.preset]
@@ -156,12 +164,21 @@ def main() -> int:
         config = config.replace(**{key: json.loads(value)})
     import elmokit.nn.lstm as lstm_module
 
-    paths = ["autograd", "fused"] if args.lstm_path == "both" else [args.lstm_path]
+    if args.lstm_path == "both" and args.softmax_update == "both":
+        parser.error("compare the LSTM paths or the softmax updates, not both at once")
+    if args.lstm_path == "both":  # variant name -> (LSTM training path, softmax update)
+        variants = {path: (path, args.softmax_update) for path in ("autograd", "fused")}
+    elif args.softmax_update == "both":
+        variants = {update: (args.lstm_path, update) for update in ("dense", "rows")}
+    else:
+        variants = {args.lstm_path: (args.lstm_path, args.softmax_update)}
+    paths = list(variants)
     runners = {}
     for path in paths:
         model = LanguageModel(config, args.vocab_size)
         init_like_bilm_tf(model, torch.Generator().manual_seed(0))
         model.train()
+        model.row_sparse_softmax = variants[path][1] == "rows"
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0, eps=0.0)
         runners[path] = (model, optimizer)
     sentences = sentences_for_benchmark(args.batch_size * (args.steps + 1), args.length)
@@ -172,7 +189,7 @@ def main() -> int:
 
     def training_step(path, step, batch):
         model, optimizer = runners[path]
-        lstm_module.TRAINING_PATH = path
+        lstm_module.TRAINING_PATH = variants[path][0]
         torch.manual_seed(step)  # the same dropout masks for both paths: their losses agree to rounding
         char_ids = batch_to_ids(batch)
         word_ids = torch.tensor([[vocabulary[t] for t in s] for s in batch])
@@ -180,10 +197,9 @@ def main() -> int:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             out = model(char_ids, word_ids, candidates=candidates)
-        (out.loss * 20.0).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        optimizer.step()
-        return out.loss.item()
+        loss = out.loss.item()  # the trainer's own backward, clip 10 and Adagrad update
+        _differentiate_and_update(model, optimizer, out.loss * 20.0, 10.0, loss, loss, loss)
+        return loss
 
     gemm_before = matmul_gflops(args.threads)
     times = {path: [] for path in paths}
@@ -238,6 +254,7 @@ def main() -> int:
         "parameters_bilm": sum(p.numel() for p in model.bilm.parameters()),
         "parameters_softmax": model.softmax_weight.numel() + model.softmax_bias.numel(),
         "lstm_path": args.lstm_path,
+        "softmax_update": args.softmax_update if args.negatives else "dense (full softmax)",
         "training_mflop_per_token": step_flops / statistics.median(tokens) / 1e6,
         "executed_training_mflop_per_token": executed_flops / statistics.median(tokens) / 1e6,
         "forward_mflop_per_token_by_part": {k: v / statistics.median(tokens) / 1e6 for k, v in flops[0]["forward"].items()},
@@ -249,10 +266,11 @@ def main() -> int:
         result.update(summary(paths[0]))
     else:
         result["paths"] = {path: summary(path) for path in paths}
-        ratios = [a / f for a, f in zip(times["autograd"][1:], times["fused"][1:])]
-        result["fused_speedup_median_of_step_ratios"] = statistics.median(ratios)
-        result["fused_speedup_ratio_of_median_tokens_per_s"] = (
-            result["paths"]["fused"]["tokens_per_s"] / result["paths"]["autograd"]["tokens_per_s"])
+        slow, fast = paths  # ("autograd", "fused") or ("dense", "rows")
+        ratios = [a / f for a, f in zip(times[slow][1:], times[fast][1:])]
+        result[f"{fast}_speedup_median_of_step_ratios"] = statistics.median(ratios)
+        result[f"{fast}_speedup_ratio_of_median_tokens_per_s"] = (
+            result["paths"][fast]["tokens_per_s"] / result["paths"][slow]["tokens_per_s"])
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -260,7 +278,7 @@ def main() -> int:
         for path in paths:
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 training_step(path, 0, batch)
-            print(f"--- profile of one step, lstm path {path}")
+            print(f"--- profile of one step, {path} (LSTM path, softmax update: {variants[path]})")
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     print(json.dumps(result, indent=1))
     if args.json:

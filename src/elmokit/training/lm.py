@@ -303,6 +303,45 @@ def sampled_softmax_nll(
     return _nll_over(hidden, targets, weight, bias, candidates.ids, candidates.log_q)
 
 
+@dataclass
+class SoftmaxRows:
+    """The softmax rows one sampled step touches, as leaves of their own (single-process Adagrad).
+
+    A sampled step reads at most N_f + N_b + S of the V softmax rows (5,505 of 50,000 for the
+    default model), yet the gradient of the (V, P) table is dense: a zero fill, and an Adagrad
+    update and a norm over every row. Gathering the touched rows into their own leaf tensors
+    keeps the gradient (R, P), and :meth:`adagrad_step` updates those rows only. That is exactly
+    dense Adagrad (eps 0, no weight decay): a row with a zero gradient keeps its accumulator
+    (sum + 0 * 0) and its weights (w - lr * 0 / sqrt(sum)). torch's sparse-gradient Adagrad does
+    the same, but ``clip_grad_norm_`` cannot take sparse gradients and DDP averages dense ones.
+    """
+
+    ids: torch.Tensor  # (R,) distinct vocabulary ids, ascending
+    weight: torch.Tensor  # (R, P) leaf: weight[ids]
+    bias: torch.Tensor  # (R,) leaf: bias[ids]
+
+    @classmethod
+    def gather(cls, weight: torch.Tensor, bias: torch.Tensor, ids: torch.Tensor) -> SoftmaxRows:
+        return cls(ids, weight.detach().index_select(0, ids).requires_grad_(),
+                   bias.detach().index_select(0, ids).requires_grad_())
+
+    def adagrad_step(self, optimizer: torch.optim.Adagrad, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        """torch's Adagrad update (``_single_tensor_adagrad``), on the touched rows of each table."""
+        group = next(g for g in optimizer.param_groups if any(p is weight for p in g["params"]))
+        if group["weight_decay"] or group["maximize"]:
+            raise ValueError("row-sparse Adagrad supports neither weight decay nor maximize")
+        for param, leaf in ((weight, self.weight), (bias, self.bias)):
+            state = optimizer.state[param]
+            state["step"] += 1
+            clr = group["lr"] / (1 + (float(state["step"]) - 1) * group["lr_decay"])
+            grad = leaf.grad
+            total = state["sum"].index_select(0, self.ids).addcmul_(grad, grad, value=1)
+            state["sum"].index_copy_(0, self.ids, total)
+            std = total.sqrt().add_(group["eps"])
+            with torch.no_grad():
+                param.index_copy_(0, self.ids, leaf.detach().addcdiv_(grad, std, value=-clr))
+
+
 # ---- the language model ---------------------------------------------------------------------
 
 
@@ -346,6 +385,10 @@ class LanguageModel(nn.Module):
         self.softmax_weight = nn.Parameter(torch.zeros(vocab_size, P))  # (V, P)
         self.softmax_bias = nn.Parameter(torch.zeros(vocab_size))  # (V,)
         self.bos_id, self.eos_id = bos_id, eos_id
+        # The trainer sets this for single-process Adagrad: a sampled step with gradients then
+        # leaves the softmax's gradient on ``softmax_rows`` (SoftmaxRows), not on the (V, P) table.
+        self.row_sparse_softmax = False
+        self.softmax_rows: SoftmaxRows | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -382,6 +425,12 @@ class LanguageModel(nn.Module):
         targets = torch.cat([fwd_targets, bwd_targets])
         if candidates is None:
             nll = full_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias)
+        elif self.row_sparse_softmax and torch.is_grad_enabled():
+            # the same logits from the touched rows alone, their ids renumbered 0 .. R - 1
+            touched, renumbered = torch.unique(torch.cat([targets, candidates.ids]), sorted=True, return_inverse=True)
+            self.softmax_rows = rows_ = SoftmaxRows.gather(self.softmax_weight, self.softmax_bias, touched)
+            m = targets.shape[0]
+            nll = _nll_over(hidden, renumbered[:m], rows_.weight, rows_.bias, renumbered[m:], candidates.log_q[touched])
         else:
             nll = sampled_softmax_nll(hidden, targets, self.softmax_weight, self.softmax_bias, candidates)
         return nll[:n].sum(), nll[n:].sum()

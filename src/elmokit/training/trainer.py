@@ -399,6 +399,9 @@ class _Run:
         # for the card, if no step runs in this call
         self.last_loss = last_logged_loss(self.run_dir / "metrics.jsonl") if context.is_main else None
         self.train_model = model
+        # One process: the sampled softmax's gradient stays on the rows a step touches (SoftmaxRows).
+        # DDP averages dense gradients, so its ranks keep the (V, P) table's.
+        model.row_sparse_softmax = training.optimizer == "adagrad" and not context.enabled
         if context.enabled:
             import warnings
 
@@ -691,10 +694,14 @@ def _differentiate_and_update(model, optimizer, objective: torch.Tensor, clip_no
     """Backward, clip the global gradient norm, and step - unless the loss or the gradient norm is
     non-finite (the same on every rank), when the gradients are dropped and the weights stay."""
     objective.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    rows, model.softmax_rows = model.softmax_rows, None  # the sampled softmax's touched rows (SoftmaxRows)
+    leaves = [rows.weight, rows.bias] if rows is not None else []
+    grad_norm = torch.nn.utils.clip_grad_norm_([*model.parameters(), *leaves], clip_norm)
     outcome = _StepOutcome(loss, fwd, bwd, float(grad_norm))
     if outcome.finite:
-        optimizer.step()
+        optimizer.step()  # the softmax table has no gradient when its rows are leaves of their own
+        if rows is not None:
+            rows.adagrad_step(optimizer, model.softmax_weight, model.softmax_bias)
     else:
         optimizer.zero_grad(set_to_none=True)
     return outcome
