@@ -307,8 +307,9 @@ def sampled_softmax_nll(
 class SoftmaxRows:
     """The softmax rows one sampled step touches, as leaves of their own (single-process Adagrad).
 
-    A sampled step reads at most N_f + N_b + S of the V softmax rows (5,505 of 50,000 for the
-    default model), yet the gradient of the (V, P) table is dense: a zero fill, and an Adagrad
+    A sampled step reads at most N_f + N_b + S of the V softmax rows (5,505 of 50,000 in
+    bench_training.py's batch of the default model's shape), yet the gradient of the (V, P) table is
+    dense: a zero fill, and an Adagrad
     update and a norm over every row. Gathering the touched rows into their own leaf tensors
     keeps the gradient (R, P), and :meth:`adagrad_step` updates those rows only. That is exactly
     dense Adagrad (eps 0, no weight decay): a row with a zero gradient keeps its accumulator
