@@ -309,8 +309,8 @@ class SoftmaxRows:
 
     A sampled step reads at most N_f + N_b + S of the V softmax rows (5,505 of 50,000 in
     bench_training.py's batch of the default model's shape), yet the gradient of the (V, P) table is
-    dense: a zero fill, and an Adagrad
-    update and a norm over every row. Gathering the touched rows into their own leaf tensors
+    dense: a zero fill, and an Adagrad update and a norm over every row. Gathering the touched
+    rows into their own leaf tensors
     keeps the gradient (R, P), and :meth:`adagrad_step` updates those rows only. That is exactly
     dense Adagrad (eps 0, no weight decay): a row with a zero gradient keeps its accumulator
     (sum + 0 * 0) and its weights (w - lr * 0 / sqrt(sum)). torch's sparse-gradient Adagrad does
