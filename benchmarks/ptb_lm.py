@@ -22,6 +22,9 @@ perplexity (here the average of the two directions on the first ``--valid-senten
 does not improve on the previous epoch's by more than 1.0 (``--chunk-steps 2104`` makes a chunk one epoch of 20-sentence
 batches).
 
+``--decay-on-plateau`` applies the same halving rule to Adagrad; switched on when a run resumes, it acts from
+the next validation on (the first one after the resume sets the baseline).
+
 ``--window 35`` trains as Kim et al. and Zaremba et al. do: the training text in its order, cut into 20
 contiguous rows read in 35-token windows with the LSTM state carried from batch to batch (elmokit's
 ``TrainingConfig.window``; ``--chunk-steps 1388`` is then one epoch). Validation then also reads the
@@ -74,6 +77,9 @@ def main() -> int:
                         help="learning rate (default 0.2 for Adagrad, 1.0 with --kim-recipe)")
     parser.add_argument("--kim-recipe", action="store_true",
                         help="SGD, clip 5, lr halved after a chunk whose validation gains <= 1.0 (Kim et al. 2016)")
+    parser.add_argument("--decay-on-plateau", action="store_true",
+                        help="with Adagrad: halve the learning rate after a chunk whose validation gains <= 1.0 "
+                             "(Kim et al.'s rule; may be switched on when resuming)")
     parser.add_argument("--window", type=int, default=0,
                         help="train on 20 rows of running text in windows of N tokens, the state carried (Kim et al.: 35)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -164,12 +170,14 @@ def main() -> int:
 
 
 def optimizer_settings(args, ptb: Path) -> dict:
-    """bilm-tf's Adagrad, or Kim et al.'s SGD with the learning rate halved on a validation plateau.
-    With ``--window`` the trainer validates each chunk itself (zero state and stream)."""
+    """bilm-tf's Adagrad (with ``--decay-on-plateau``, halved on a validation plateau), or Kim et al.'s SGD
+    with the learning rate halved on a validation plateau. With ``--window`` or a plateau rule the trainer
+    validates each chunk itself (with ``--window`` both zero state and stream)."""
     validate = {"valid_corpus": [str(ptb / "ptb.valid.txt")], "valid_every": args.chunk_steps,
                 "valid_sentences": args.valid_sentences}
     if not args.kim_recipe:
-        return {"lr": args.lr or 0.2, **(validate if args.window else {})}
+        decay = {"lr_decay": 0.5, "lr_decay_min_gain": 1.0} if args.decay_on_plateau else {}
+        return {"lr": args.lr or 0.2, **decay, **(validate if args.window or decay else {})}
     return {"optimizer": "sgd", "lr": args.lr or 1.0, "clip_norm": 5.0, "lr_decay": 0.5, "lr_decay_min_gain": 1.0,
             **validate}
 

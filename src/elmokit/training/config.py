@@ -34,7 +34,12 @@ logger = logging.getLogger(__name__)
 RESUMABLE_CHANGES = frozenset({
     "max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every",
     "valid_corpus", "valid_every", "valid_sentences", "skip_nonfinite_steps",
+}) | frozenset({
+    # The plateau rule may be switched on (or changed) for the rest of a run: it acts from the next
+    # validation on, starting from the learning rate the checkpoint saved; the run record keeps the new rule.
+    "lr_decay", "lr_decay_min_gain",
 })
+SCHEDULE_FIELDS = ("lr_decay", "lr_decay_min_gain")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,7 +49,7 @@ from elmokit.training.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from elmokit.training.config import RESUMABLE_CHANGES, TrainingConfig
+from elmokit.training.config import RESUMABLE_CHANGES, SCHEDULE_FIELDS, TrainingConfig
 from elmokit.training.data import (
     BOS_TYPE,
     EOS_TYPE,
@@ -331,6 +331,8 @@ class _Run:
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             record_command(run_dir, command, context.world_size)
+            if exists:
+                self._record_schedule_change()
             if not exists:
                 with atomic_path(run_dir / "config.json") as tmp:
                     Path(tmp).write_text(json.dumps(self.model_config.to_dict(), indent=2) + "\n")
@@ -356,6 +358,22 @@ class _Run:
         # the plateau schedule (lr_decay): the learning rate now and the last validation perplexity
         self.schedule = {"lr": training.lr, "previous_valid_ppl": None}
         torch.manual_seed(training.seed * 1_000_003 + self.context.rank)
+
+    def _record_schedule_change(self) -> None:
+        """A resume that switches the plateau rule on, off or to other values rewrites the rule in the run
+        record (with the validation it decides on), so that ``training.json`` says what the run now does;
+        the command log (``command.txt``) says from which command on."""
+        saved = json.loads((self.run_dir / "training.json").read_text())
+        defaults = TrainingConfig.__dataclass_fields__
+        if all(saved["training"].get(name, defaults[name].default) == getattr(self.training, name)
+               for name in SCHEDULE_FIELDS):
+            return
+        changed = {name: getattr(self.training, name)
+                   for name in (*SCHEDULE_FIELDS, "valid_corpus", "valid_every", "valid_sentences")}
+        saved["training"].update(changed)
+        with atomic_path(self.run_dir / "training.json") as tmp:
+            Path(tmp).write_text(json.dumps(saved, indent=2) + "\n")
+        logger.info("%s: the learning-rate schedule changes from this resume on: %s", self.run_dir, changed)
 
     # ---- resume: the newest good checkpoint
 
