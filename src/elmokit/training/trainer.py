@@ -130,8 +130,8 @@ def _check_resume_compatible(run_dir: Path, model_config: BiLMConfig, training: 
     if problems:
         raise RunError(
             f"{run_dir}: --resume asks for a different run: " + "; ".join(problems)
-            + ". Fix: resume with the same settings (only max_steps, epochs, checkpoint_every, "
-            "keep_checkpoints, log_every may change), or train into a new --out folder."
+            + f". Fix: resume with the same settings (only {', '.join(sorted(RESUMABLE_CHANGES))} may change), "
+            "or train into a new --out folder."
         )
 
 
