@@ -30,16 +30,14 @@ from elmokit.configs import config_from_dict
 
 logger = logging.getLogger(__name__)
 
-# Fields that may differ when a run is resumed (they do not change what is computed per step).
+# The plateau rule may be switched on (or changed) for the rest of a run: it acts from the next
+# validation on, starting from the learning rate the checkpoint saved; the run record keeps the new rule.
+SCHEDULE_FIELDS = ("lr_decay", "lr_decay_min_gain")
+# Fields that may differ when a run is resumed (all but the plateau rule leave every step's computation as it was).
 RESUMABLE_CHANGES = frozenset({
     "max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every",
-    "valid_corpus", "valid_every", "valid_sentences", "skip_nonfinite_steps",
-}) | frozenset({
-    # The plateau rule may be switched on (or changed) for the rest of a run: it acts from the next
-    # validation on, starting from the learning rate the checkpoint saved; the run record keeps the new rule.
-    "lr_decay", "lr_decay_min_gain",
+    "valid_corpus", "valid_every", "valid_sentences", "skip_nonfinite_steps", *SCHEDULE_FIELDS,
 })
-SCHEDULE_FIELDS = ("lr_decay", "lr_decay_min_gain")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -114,7 +114,8 @@ def read_run(run_dir: Path) -> tuple[BiLMConfig, TrainingConfig, dict]:
 
 
 def _check_resume_compatible(run_dir: Path, model_config: BiLMConfig, training: TrainingConfig, corpus: list[str],
-                             vocab_sha: str) -> None:
+                             vocab_sha: str) -> tuple[TrainingConfig, dict]:
+    """The saved training config and run record, once the requested run is checked to be the saved one."""
     saved_model, saved_training, record = read_run(run_dir)
     problems = []
     if saved_model != model_config:
@@ -133,6 +134,7 @@ def _check_resume_compatible(run_dir: Path, model_config: BiLMConfig, training: 
             + f". Fix: resume with the same settings (only {', '.join(sorted(RESUMABLE_CHANGES))} may change), "
             "or train into a new --out folder."
         )
+    return saved_training, record
 
 
 def _card(model_config: BiLMConfig, training: TrainingConfig, record: dict, vocabulary: Vocabulary,
@@ -314,7 +316,8 @@ class _Run:
         if exists and not resume:
             raise RunError(f"{run_dir}: already holds a run; pass --resume to continue it, or choose another --out")
         if exists:
-            _check_resume_compatible(run_dir, self.model_config, training, corpus, vocab_sha)
+            saved_training, saved_record = _check_resume_compatible(run_dir, self.model_config, training, corpus,
+                                                                    vocab_sha)
         command = command or " ".join(shlex.quote(a) for a in sys.argv)
         self.record = {
             "format_version": RUN_FORMAT_VERSION,
@@ -332,7 +335,7 @@ class _Run:
             run_dir.mkdir(parents=True, exist_ok=True)
             record_command(run_dir, command, context.world_size)
             if exists:
-                self._record_schedule_change()
+                self._record_schedule_change(saved_training, saved_record)
             if not exists:
                 with atomic_path(run_dir / "config.json") as tmp:
                     Path(tmp).write_text(json.dumps(self.model_config.to_dict(), indent=2) + "\n")
@@ -359,21 +362,18 @@ class _Run:
         self.schedule = {"lr": training.lr, "previous_valid_ppl": None}
         torch.manual_seed(training.seed * 1_000_003 + self.context.rank)
 
-    def _record_schedule_change(self) -> None:
+    def _record_schedule_change(self, saved_training: TrainingConfig, saved_record: dict) -> None:
         """A resume that switches the plateau rule on, off or to other values rewrites the rule in the run
         record (with the validation it decides on), so that ``training.json`` says what the run now does;
         the command log (``command.txt``) says from which command on."""
-        saved = json.loads((self.run_dir / "training.json").read_text())
-        defaults = TrainingConfig.__dataclass_fields__
-        if all(saved["training"].get(name, defaults[name].default) == getattr(self.training, name)
-               for name in SCHEDULE_FIELDS):
+        if all(getattr(saved_training, name) == getattr(self.training, name) for name in SCHEDULE_FIELDS):
             return
-        changed = {name: getattr(self.training, name)
-                   for name in (*SCHEDULE_FIELDS, "valid_corpus", "valid_every", "valid_sentences")}
-        saved["training"].update(changed)
+        rule = {name: getattr(self.training, name)
+                for name in (*SCHEDULE_FIELDS, "valid_corpus", "valid_every", "valid_sentences")}
+        saved_record["training"].update(rule)
         with atomic_path(self.run_dir / "training.json") as tmp:
-            Path(tmp).write_text(json.dumps(saved, indent=2) + "\n")
-        logger.info("%s: the learning-rate schedule changes from this resume on: %s", self.run_dir, changed)
+            Path(tmp).write_text(json.dumps(saved_record, indent=2) + "\n")
+        logger.info("%s: the learning-rate schedule changes from this resume on: %s", self.run_dir, rule)
 
     # ---- resume: the newest good checkpoint
 
