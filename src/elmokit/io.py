@@ -12,15 +12,20 @@ written on another host (a shared filesystem) are left alone: their process cann
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import json
 import logging
 import os
 import re
 import shutil
 import socket
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from elmokit.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +177,21 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
             _release(tmp)
 
 
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot,
+    so the caller falls back to moving the old folder aside first."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
+    return result == 0
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary folder beside ``target`` that replaces it on success.
@@ -187,13 +207,16 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
         tmp = _claim(target, directory=True)
         yield tmp
         _apply_umask(tmp)  # the temporary folder is private (0700), and some writers make their files 0600
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        if target.exists() and _exchange(tmp, target):
+            shutil.rmtree(tmp, ignore_errors=True)  # now the old folder: the new one is in place
+        else:
+            old = None
+            if target.exists():  # no atomic exchange here: move aside, never remove before the new one is in
+                old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+                os.replace(target, old)
+            os.replace(tmp, target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -241,3 +264,90 @@ def write_marked_block(path: str | os.PathLike, begin: str, end: str, body: str,
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
+
+
+# ---- the output policy: what a command may write over ------------------------------------------------
+
+OUTPUT_RECORD = ".elmokit-output.json"  # in every folder a command writes: which command wrote it, and its files
+
+
+class OutputRefused(UserError):
+    """An output path a command must not write: a file, one of its inputs, or a folder it did not write."""
+
+
+def _same_or_inside(path: Path, other: Path) -> bool:
+    return path == other or other in path.parents or path in other.parents
+
+
+def check_output(target: str | os.PathLike, *, command: str, inputs: Iterable[str | os.PathLike | None] = (),
+                 replace: bool = True) -> Path:
+    """Refuse ``target`` as the output folder of ``command`` before any work; return it resolved.
+
+    The policy every command that writes a folder keeps:
+
+    - a path that is an existing file is refused (never replaced by a folder);
+    - a path that is, contains or lies inside one of ``inputs`` is refused;
+    - a missing or empty folder is fine;
+    - a non-empty folder is accepted only when it is an earlier output of the same ``command`` (its
+      ``.elmokit-output.json`` says so) holding nothing but the files that command wrote, and ``replace``
+      is true; anything else is refused, naming the folder and what is in the way. Nothing here deletes.
+    """
+    path = Path(target)
+    resolved = path.resolve()
+    if path.exists() and not path.is_dir():
+        raise OutputRefused(f"{path}: is a file, not a folder; give a new folder for the output")
+    for item in inputs:
+        if item is None:
+            continue
+        if _same_or_inside(resolved, Path(item).resolve()):
+            raise OutputRefused(f"{path}: is, holds or lies inside the input {item}; give another folder for the output")
+    if not path.exists() or not any(path.iterdir()):
+        return resolved
+    record = read_output_record(path)
+    if record is None:
+        raise OutputRefused(f"{path}: a non-empty folder that elmokit did not write; give a new or empty folder "
+                            "(nothing in it is touched)")
+    if record.get("command") != command:
+        raise OutputRefused(f"{path}: holds the output of `elmokit {record.get('command')}`, not of `elmokit {command}`; "
+                            "give another folder")
+    foreign = sorted(set(os.listdir(path)) - set(record.get("files", [])) - {OUTPUT_RECORD})
+    if foreign:
+        raise OutputRefused(f"{path}: holds {foreign[0]!r}, which `elmokit {command}` did not write; move it away or "
+                            "give another folder (nothing is deleted)")
+    if not replace:
+        raise OutputRefused(f"{path}: holds an earlier output of `elmokit {command}`; give another folder, or ask to "
+                            "replace it")
+    return resolved
+
+
+def read_output_record(folder: str | os.PathLike) -> dict | None:
+    """The ``.elmokit-output.json`` of ``folder`` (which command wrote it, its artifact and files), or None."""
+    try:
+        record = json.loads((Path(folder) / OUTPUT_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_output_record(folder: str | os.PathLike, *, command: str, artifact: str | None = None) -> None:
+    """Say in ``folder`` which command wrote it and which files are its own (call it last, before the
+    folder is put in place). ``artifact`` names what the folder is for the loader (``tagger``, ``cove``...)."""
+    folder = Path(folder)
+    files = sorted(name for name in os.listdir(folder) if name != OUTPUT_RECORD)
+    record = {"command": command, "files": files}
+    if artifact is not None:
+        record["artifact"] = artifact
+    with atomic_path(folder / OUTPUT_RECORD) as tmp:
+        Path(tmp).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def output_directory(target: str | os.PathLike, *, command: str, inputs: Iterable[str | os.PathLike | None] = (),
+                     artifact: str | None = None, replace: bool = True) -> Iterator[Path]:
+    """Check ``target`` by :func:`check_output`, then yield a temporary folder that replaces it, recorded
+    as ``command``'s output, only when the block succeeds (:func:`atomic_directory`). A failure leaves
+    ``target`` as it was, so the same command can simply be run again."""
+    check_output(target, command=command, inputs=inputs, replace=replace)
+    with atomic_directory(target) as tmp:
+        yield tmp
+        write_output_record(tmp, command=command, artifact=artifact)

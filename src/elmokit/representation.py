@@ -37,6 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from elmokit.errors import UserError
+
 
 @runtime_checkable
 class Representation(Protocol):
@@ -57,7 +59,7 @@ class Representation(Protocol):
         ...
 
 
-class RepresentationError(ValueError):
+class RepresentationError(UserError):
     """A representation that cannot be loaded as described; the message names the spec or flag and the fix."""
 
 

@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from elmokit.errors import UserError
+
 WARM_STATE_NAME = "warm_state.safetensors"
 FORMAT_VERSION = 1
 
@@ -67,7 +69,7 @@ WARMUP_SENTENCES: tuple[str, ...] = (
 )
 
 
-class WarmStateError(ValueError):
+class WarmStateError(UserError):
     """A warm state that is missing, malformed, or computed for other weights."""
 
 

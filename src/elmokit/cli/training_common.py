@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from elmokit.errors import UserError
+
 
 def add_tokenizer_arguments(parser: argparse.ArgumentParser, *, default_help: str = "whitespace") -> None:
     from elmokit.cli.common import add_tokenizer_argument
@@ -75,5 +77,5 @@ def run_training_command(command: str, func, args: argparse.Namespace) -> int:
     return run_reporting_errors(command, guarded, args)
 
 
-class SettingError(ValueError):
+class SettingError(UserError):
     """A flag value that cannot be used (reported without a traceback)."""

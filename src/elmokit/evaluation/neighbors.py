@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 
 FORMAT_VERSION = 1
@@ -45,7 +46,7 @@ DTYPES = ("float16", "float32")
 CHUNK_ELEMENTS = 1 << 21  # rows x dim per scoring step (16 MB of float64): bounded memory
 
 
-class NeighborIndexError(ValueError):
+class NeighborIndexError(UserError):
     """A neighbour index folder that is missing, incomplete, or built for another representation."""
 
 

@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from elmokit.errors import UserError
 from elmokit.text.chars import batch_to_ids
 
 
-class NoSentencesError(ValueError):
+class NoSentencesError(UserError):
     """The sentences to evaluate were none (or all empty)."""
 
 

@@ -38,11 +38,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from elmokit.errors import UserError
+
 _ASCII_WHITESPACE = re.compile(r"[ \t\n\r\f\v]+")
 IDEOGRAPHIC_SPACE = "\u3000"
 
 
-class SegmentationScoreError(ValueError):
+class SegmentationScoreError(UserError):
     """Gold and test segmentations that cannot be compared; the message names the line."""
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from elmokit.data_paths import shared_data
+from elmokit.errors import UserError
 from elmokit.evaluation.segmentation import read_dictionary, score_segmentation
 from elmokit.tasks.data import TaggedCorpus, read_conll, read_conllu
 from elmokit.tasks.tagger import TaggerConfig, TrainOptions, main_metric, train_tagger
@@ -87,7 +88,7 @@ CWS_DATASETS = ["pku_cws"]
 CHINESE_DATASETS = {"ner": ["weibo", "resume"], "cws": ["pku_cws"], "pos": ["pd_pos"]}
 
 
-class BenchmarkDataError(FileNotFoundError):
+class BenchmarkDataError(UserError, FileNotFoundError):
     """A benchmark data folder or file is missing; the message says where it was looked for."""
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from elmokit.data_paths import shared_data
+from elmokit.errors import UserError
 
 SPLITS = {"train": "qc/train.txt", "test": "qc/test.txt"}
 
 
-class TrecDataError(ValueError):
+class TrecDataError(UserError):
     """A malformed TREC file; the message names the file and line."""
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from elmokit.data_paths import shared_data
+from elmokit.errors import UserError
 from elmokit.nn.functional import invariant_scores
 
 # name -> (path under data/wordsim, human name)
@@ -55,7 +56,7 @@ DEFAULT_SIMILARITY = ("ws353", "ws353-sim", "ws353-rel", "simlex999", "men", "rw
 DEFAULT_ANALOGY = ("google", "msr")
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError):
     """A benchmark file is missing or malformed; the message names the file, the line and the fix."""
 
 

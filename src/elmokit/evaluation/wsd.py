@@ -31,6 +31,7 @@ from xml.parsers import expat
 
 import numpy as np
 
+from elmokit.errors import UserError
 from elmokit.features import embed_in_chunks
 
 # Table 5 of Peters et al. (2018): all-words fine-grained WSD F1 on Raganato's ALL set.
@@ -40,7 +41,7 @@ PAPER_TABLE5_WSD = {"WordNet 1st sense baseline": 65.9, "biLM first layer": 67.4
 SS_TYPE_POS = {"1": "NOUN", "2": "VERB", "3": "ADJ", "4": "ADV", "5": "ADJ"}
 
 
-class WsdDataError(ValueError):
+class WsdDataError(UserError):
     """A malformed WSD data file; the message names the file and line."""
 
 

@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from elmokit.bilm_config import BiLMConfig
+from elmokit.errors import UserError
 from elmokit.formats.checks import describe_non_finite
 from elmokit.io import atomic_path
 
 Array = np.ndarray
 
 
-class WeightFileError(ValueError):
+class WeightFileError(UserError):
     """A weight or options file that does not match what the architecture needs."""
 
 

@@ -37,6 +37,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from elmokit.errors import UserError
 from elmokit.io import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -49,11 +50,11 @@ _MAX_LISTED = 10
 STDIN = "-"  # the input file name that means standard input
 
 
-class InputFileError(ValueError):
+class InputFileError(UserError):
     """An input file the embedder cannot take as it is; the message names the lines."""
 
 
-class OutputFileError(ValueError):
+class OutputFileError(UserError):
     """An output path that cannot be written (or must not be); the message names it and the fix."""
 
 

@@ -19,6 +19,7 @@ import torch
 
 from elmokit.bilm import BiLM  # the model defines the shapes; formats import it, never the reverse
 from elmokit.bilm_config import BiLMConfig
+from elmokit.errors import UserError
 from elmokit.formats.checks import describe_non_finite
 from elmokit.io import atomic_path
 
@@ -27,7 +28,7 @@ WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
 
 
-class ModelFolderError(ValueError):
+class ModelFolderError(UserError):
     """A native model folder that is incomplete or inconsistent."""
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from elmokit.errors import UserError
 from elmokit.io import atomic_path
 
 
-class VectorFileError(ValueError):
+class VectorFileError(UserError):
     """A vector file does not follow the format; the message names the file, the line and the fix."""
 
 

@@ -26,8 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from elmokit.errors import UserError
 
-class TaskModelError(ValueError):
+
+class TaskModelError(UserError):
     """A ``--task-model`` folder that is not a saved tagger or classifier, or cannot be read."""
 
 

@@ -22,12 +22,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elmokit.errors import UserError
 from elmokit.io import atomic_path
 
 CONLLU_COLUMNS = {"upos": 3, "xpos": 4}
 
 
-class DataFileError(ValueError):
+class DataFileError(UserError):
     """A task data file that cannot be read as it is; the message names file and line and the fix."""
 
 

@@ -34,13 +34,14 @@ from typing import IO
 
 from tqdm import tqdm
 
+from elmokit.errors import UserError
 from elmokit.text.segmenters import SEGMENTER_KINDS, check_segmenter, segment
 
 DEFAULT_PATTERN = r"\w+|[^\w\s]"
 TOKENIZER_KINDS = ("whitespace", "regex", *SEGMENTER_KINDS)
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError):
     """A corpus file is missing or unreadable; the message names the file, the line and the fix."""
 
 

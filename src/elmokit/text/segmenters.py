@@ -51,6 +51,8 @@ import functools
 import unicodedata
 from collections.abc import Callable
 
+from elmokit.errors import UserError
+
 SEGMENTER_KINDS = ("chars", "jieba", "rjieba", "pkuseg")
 
 # The default Chinese tokenizer, chosen from the SIGHAN-2005 F1 in docs/results.md ("Chinese").
@@ -76,7 +78,7 @@ HAN_RANGES = (
 _ZWJ = "\u200d"
 
 
-class SegmenterError(ValueError):
+class SegmenterError(UserError):
     """A segmenter that cannot be used here (its package is missing); the message names the install."""
 
 

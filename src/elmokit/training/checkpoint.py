@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from elmokit.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -40,7 +42,7 @@ CHECKED_FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
 STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that cannot be resumed from; the message names the file and the fix."""
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from elmokit.errors import UserError
 from elmokit.io import atomic_path
 from elmokit.training.checkpoint import decode_rng, encode_rng, latest_checkpoint
 from elmokit.training.distributed import DistributedContext
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-class RunError(ValueError):
+class RunError(UserError):
     """A run folder that does not fit the request; the message says what differs and the fix."""
 
 

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from elmokit.bilm import PRESETS, BiLMConfig
+from elmokit.errors import UserError
 from elmokit.training.config import TrainingConfig
 
 __all__ = ["ConfigError", "RunConfig", "resolve_run_config", "load_model_config_file"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A setting that cannot be used; the message names it and the fix."""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elmokit.errors import UserError
 from elmokit.io import atomic_path
 from elmokit.text.chars import BOS_TOKEN, EOS_TOKEN
 
@@ -24,7 +25,7 @@ UNK_TOKEN = "<UNK>"
 SPECIAL_TOKENS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 
-class VocabularyError(ValueError):
+class VocabularyError(UserError):
     """A vocabulary file that cannot be used; the message names the file, the line and the fix."""
 
 

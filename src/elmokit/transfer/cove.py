@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from elmokit.configs import config_from_dict
+from elmokit.errors import UserError
 from elmokit.nn.functional import invariant_linear, sigmoid
 
 FORMAT_VERSION = 1
@@ -89,7 +90,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-class CoveError(ValueError):
+class CoveError(UserError):
     """A CoVe model folder or input that cannot be used; the message names the file and the fix."""
 
 

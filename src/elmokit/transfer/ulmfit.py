@@ -63,6 +63,7 @@ from torch import nn
 
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
+from elmokit.errors import UserError
 from elmokit.nn.lstm import reverse_padded
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.lm import Candidates, LanguageModel, rows
@@ -77,7 +78,7 @@ ADAM_BETAS = (0.7, 0.99)  # the paper's (via fastai): beta1 0.7 instead of 0.9
 CONFIG_NAME, WEIGHTS_NAME, LABELS_NAME = "config.json", "model.safetensors", "labels.json"
 
 
-class ULMFiTError(ValueError):
+class ULMFiTError(UserError):
     """A bad ULMFiT input or folder; the message names the file and the fix."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from elmokit.errors import UserError
 from elmokit.features import pad_features
 from elmokit.io import atomic_directory
 from elmokit.representation import RepresentationError, load_representation
@@ -29,7 +30,7 @@ CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME, METRICS_NAME, BILM_DIR = (
     "config.json", "model.safetensors", "vocab.json", "metrics.json", "bilm")
 
 
-class TaggerFolderError(ValueError):
+class TaggerFolderError(UserError):
     """A tagger folder that cannot be loaded; the message names the file and the problem."""
 
 
