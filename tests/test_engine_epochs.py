@@ -6,12 +6,14 @@ and seeding."""
 from __future__ import annotations
 
 import json
+import random
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, NonFiniteLoss, train_epochs
+from elmokit.engine.epochs import EpochOptions, NonFiniteLoss, shuffled_batches, train_epochs
 from elmokit.errors import UserError
 
 
@@ -185,3 +187,12 @@ def test_progress_log_lines_without_a_terminal():
 def test_impossible_options_are_user_errors(fields):
     with pytest.raises(UserError):
         EpochOptions(**fields)
+
+
+def test_shuffled_batches_follow_each_generators_own_shuffle():
+    order = list(range(11))
+    random.Random(4).shuffle(order)
+    assert shuffled_batches(11, 4, random.Random(4)) == [order[0:4], order[4:8], order[8:11]]
+    permutation = np.random.default_rng(4).permutation(11).tolist()
+    assert shuffled_batches(11, 4, np.random.default_rng(4)) == [permutation[0:4], permutation[4:8], permutation[8:11]]
+    assert shuffled_batches(0, 4, random.Random(0)) == []

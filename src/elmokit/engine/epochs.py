@@ -58,6 +58,17 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
+def shuffled_batches(count: int, batch_size: int, rng: random.Random | np.random.Generator) -> list[list[int]]:
+    """The indices ``0..count-1`` in an order drawn from ``rng`` (``random.Random.shuffle`` of the list, or
+    numpy's ``permutation``), cut into batches of ``batch_size`` (the last one may be smaller)."""
+    if isinstance(rng, random.Random):
+        order = list(range(count))
+        rng.shuffle(order)
+    else:
+        order = rng.permutation(count).tolist()
+    return [order[start : start + batch_size] for start in range(0, count, batch_size)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class EpochOptions:
     """How the loop runs (the recipe's own options map onto these)."""

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from elmokit.configs import config_from_dict
-from elmokit.engine.epochs import EpochOptions, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -248,17 +248,14 @@ def train_classifier(
     targets = torch.tensor([label_index[y] for y in train[1]], dtype=torch.long)
     sentences = train[0]
 
-    def batches(epoch):
-        order = generator.permutation(len(sentences))
-        return [order[start : start + batch_size].tolist() for start in range(0, len(order), batch_size)]
-
     def loss(indices):
         word_ids = vocabulary.ids(sentences, indices)
         mask = _mask(sentences, indices, word_ids.shape[1])
         layers = train_features.batch(indices)[0] if use_elmo else None
         return nn.functional.cross_entropy(model(word_ids, mask, layers), targets[indices]) + model.penalty(), len(indices)
 
-    result = train_epochs(model, optimizer, batches=batches, loss=loss, metric_name="dev_accuracy",
+    result = train_epochs(model, optimizer, batches=lambda epoch: shuffled_batches(len(sentences), batch_size, generator),
+                          loss=loss, metric_name="dev_accuracy",
                           evaluate=lambda: classifier.accuracy(dev[0], dev[1], dev_features),
                           epoch_record=lambda epoch: {"layer_weights": model.layer_weights()},
                           options=EpochOptions(max_epochs=epochs), log=log or logger.debug)

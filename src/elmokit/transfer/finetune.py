@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.pretraining.tokenizers import encode_words
 
 logger = logging.getLogger(__name__)
@@ -267,16 +267,13 @@ def finetune_classifier(
     positions = _max_positions(base.config)
     result = FineTuned(model, tokenizer, labels, options, source=str(folder))
 
-    def batches(epoch):
-        order = rng.permutation(len(train[0]))
-        return [order[start: start + options.batch_size].tolist() for start in range(0, len(order), options.batch_size)]
-
     def loss(rows):
         ids, mask = encode_batch(tokenizer, [train[0][i] for i in rows], positions)
         logits, lm = model(ids, mask, lm_loss=options.aux_lm)
         return combined_loss(logits, targets[rows], lm, options.aux_lm_weight), len(rows)
 
-    result.history = train_epochs(model, optimizer, batches=batches, loss=loss, scheduler=scheduler,
-                                  evaluate=lambda: result.accuracy(*dev), metric_name="dev_accuracy",
-                                  options=EpochOptions(max_epochs=options.epochs, grad_clip=1.0), log=log or logger.debug).history
+    result.history = train_epochs(
+        model, optimizer, batches=lambda epoch: shuffled_batches(len(train[0]), options.batch_size, rng), loss=loss,
+        scheduler=scheduler, evaluate=lambda: result.accuracy(*dev), metric_name="dev_accuracy",
+        options=EpochOptions(max_epochs=options.epochs, grad_clip=1.0), log=log or logger.debug).history
     return result

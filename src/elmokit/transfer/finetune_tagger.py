@@ -48,7 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
@@ -299,11 +299,6 @@ def finetune_tagger(
     steps_per_epoch = -(-len(train) // options.batch_size)
     optimizer, scheduler = adamw_with_warmup(model, options, options.epochs * steps_per_epoch)
 
-    def batches(epoch):
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        return [order[start: start + options.batch_size] for start in range(0, len(order), options.batch_size)]
-
     def loss(rows):
         batch = tagger.batch([train.sentences[i] for i in rows])
         tags = tagger.tags([train.labels[i] for i in rows], batch.mask.shape[1])
@@ -313,8 +308,9 @@ def finetune_tagger(
         dev_result = tagger.evaluate(dev)
         return main_metric(dev_result, task), {"dev": dev_result}
 
-    result = train_epochs(model, optimizer, batches=batches, loss=loss, scheduler=scheduler, evaluate=evaluate,
-                          metric_name="dev_score", epoch_record=lambda epoch: {"learning_rate": scheduler.get_last_lr()[0]},
+    result = train_epochs(model, optimizer, batches=lambda epoch: shuffled_batches(len(train), options.batch_size, rng),
+                          loss=loss, scheduler=scheduler, evaluate=evaluate, metric_name="dev_score",
+                          epoch_record=lambda epoch: {"learning_rate": scheduler.get_last_lr()[0]},
                           options=EpochOptions(max_epochs=options.epochs, patience=patience, grad_clip=1.0), log=log)
     tagger.history, tagger.best_epoch = result.history, result.best_epoch
     return tagger

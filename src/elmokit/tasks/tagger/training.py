@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from elmokit.engine.epochs import EpochOptions, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.features import feature_source
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes
 from elmokit.tasks.tagger.metrics import main_metric
@@ -109,11 +109,6 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
     parameter_groups.insert(0, {"params": task_parameters, "lr": options.learning_rate})
     optimizer = torch.optim.Adam(parameter_groups)
 
-    def batches(epoch):
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        return [order[i : i + options.batch_size] for i in range(0, len(order), options.batch_size)]
-
     def loss(indices):
         batch = tagger._inputs(train.sentences, indices, train_features, train.labels)
         return model.loss(tagger._emissions(batch), batch["tags"], batch["mask"]), len(indices)
@@ -122,7 +117,8 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
         dev_result = tagger.evaluate(dev, features=dev_features)
         return main_metric(dev_result, config.task), {"dev": dev_result}
 
-    result = train_epochs(model, optimizer, batches=batches, loss=loss, evaluate=evaluate, metric_name="dev_score",
+    result = train_epochs(model, optimizer, batches=lambda epoch: shuffled_batches(len(train), options.batch_size, rng),
+                          loss=loss, evaluate=evaluate, metric_name="dev_score",
                           clip_parameters=[p for g in parameter_groups for p in g["params"]],
                           epoch_record=lambda epoch: {"mixing_weights": tagger.mixing_weights()},
                           options=EpochOptions(max_epochs=options.epochs, patience=options.patience,
