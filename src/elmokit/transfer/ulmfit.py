@@ -190,7 +190,7 @@ def finetune_language_model(lm: LanguageModel, vocabulary, sentences: Sequence[S
         return out.loss, out.num_targets
 
     result = train_epochs(lm, schedule.optimizer, batches=lambda epoch: length_batches(lengths, options.batch_size, generator),
-                          loss=loss, on_step_start=start_step, options=EpochOptions(max_epochs=options.epochs),
+                          loss=loss, on_step_start=start_step, options=EpochOptions(max_epochs=options.epochs, seed=options.seed),
                           log=log or logger.debug, description="LM fine-tuning epoch")
     return [{"epoch": r["epoch"], "lm_train_loss": r["train_loss"], "seconds": r["seconds"]} for r in result.history]
 
