@@ -53,6 +53,7 @@ from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
+from elmokit.tasks.tagger.training import tagging_labels
 from elmokit.transfer.finetune import (
     BASE_DIR,
     HEAD_FILE,
@@ -281,18 +282,10 @@ def finetune_tagger(
         raise ValueError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
     if task not in ("ner", "pos"):
         raise ValueError(f"task {task!r}: use ner or pos")
-    for name, corpus in (("train", train), ("dev", dev)):
-        empty = [i for i, s in enumerate(corpus.sentences) if not s]
-        if empty:
-            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
+    scheme = scheme if task == "ner" else None
+    labels = tagging_labels(train, dev, scheme, log)
     seed_everything(options.seed)
     rng = random.Random(options.seed)
-    scheme = scheme if task == "ner" else None
-    encode = bio_to_bioes if scheme == "BIOES" else list
-    labels = sorted({label for row in train.labels for label in encode(row)}, key=lambda l: (l != "O", l[2:], l))
-    unknown = sorted({label for row in dev.labels for label in encode(row)} - set(labels))
-    if unknown:
-        log(f"dev labels never seen in training (always wrong): {', '.join(unknown)}")
     base, tokenizer = load_base(folder)
     model = FineTunedTaggerModel(base, labels, output=output, scheme=scheme, dropout=options.dropout)
     tagger = FineTunedTagger(model, tokenizer, labels, task, scheme, output, options, source=str(folder))

@@ -50,6 +50,21 @@ def build_words(sentences: Sequence[Sequence[str]], lowercase: bool, min_count: 
     return [PAD, UNK] + kept
 
 
+def tagging_labels(train: TaggedCorpus, dev: TaggedCorpus, scheme: str | None, log) -> list[str]:
+    """The labels of ``train`` in ``scheme`` ("O" first, then by type), after refusing an empty sentence
+    in either set; dev labels never seen in training are logged (they are always wrong)."""
+    for name, corpus in (("train", train), ("dev", dev)):
+        empty = [i for i, s in enumerate(corpus.sentences) if not s]
+        if empty:
+            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
+    encode = bio_to_bioes if scheme == "BIOES" else list
+    labels = sorted({label for row in train.labels for label in encode(row)}, key=lambda l: (l != "O", l[2:], l))
+    unknown = sorted({label for row in dev.labels for label in encode(row)} - set(labels))
+    if unknown:
+        log(f"dev labels never seen in training (always wrong): {', '.join(unknown)}")
+    return labels
+
+
 def train_tagger(
     train: TaggedCorpus,
     dev: TaggedCorpus,
@@ -77,18 +92,9 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
         raise ValueError("an ELMo tagger needs a representation (or set elmo='none')")
     if config.fine_tune and not hasattr(representation, "bilm"):
         raise ValueError(f"fine-tuning needs an ELMo model; {getattr(representation, 'name', representation)} has no biLM")
-    for name, corpus in (("train", train), ("dev", dev)):
-        empty = [i for i, s in enumerate(corpus.sentences) if not s]
-        if empty:
-            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
-
+    labels = tagging_labels(train, dev, config.scheme, log)
     words = build_words(train.sentences, config.lowercase, config.min_word_count)
-    encode = bio_to_bioes if config.scheme == "BIOES" else list
-    labels = sorted({l for row in train.labels for l in encode(row)}, key=lambda l: (l != "O", l[2:], l))
     tagger = SequenceTagger(config, words, labels, representation=representation)
-    unknown = sorted({l for row in dev.labels for l in encode(row)} - set(labels))
-    if unknown:
-        log(f"dev labels never seen in training (always wrong): {', '.join(unknown)}")
     model = tagger.model
 
     train_features = dev_features = None
