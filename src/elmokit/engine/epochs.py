@@ -157,7 +157,8 @@ def train_epochs(
             if not math.isfinite(number):
                 if options.nonfinite == "stop":
                     raise NonFiniteLoss(f"training loss is {number} at epoch {epoch}, step {position} (step {step} of the "
-                                        "run): lower the learning rate, or skip such steps (nonfinite='skip')")
+                                        "run): look for non-finite inputs or lower the learning rate (or skip such "
+                                        "steps: nonfinite='skip')")
                 skipped += 1
                 continue
             value.backward()

@@ -39,6 +39,7 @@ class TrainOptions:
     grad_clip: float = 5.0
     seed: int = 0
     progress: bool | None = None  # tqdm bars (None: only on a terminal)
+    nonfinite: str = "stop"  # a NaN/inf loss stops training ("skip": that batch is skipped and counted)
 
 
 
@@ -128,7 +129,8 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
                           clip_parameters=[p for g in parameter_groups for p in g["params"]],
                           epoch_record=lambda epoch: {"mixing_weights": tagger.mixing_weights()},
                           options=EpochOptions(max_epochs=options.epochs, patience=options.patience,
-                                               grad_clip=options.grad_clip, progress=options.progress), log=log)
+                                               grad_clip=options.grad_clip, progress=options.progress,
+                                               nonfinite=options.nonfinite), log=log)
     tagger.history = result.history
     tagger.best_epoch = result.best_epoch
     return tagger
