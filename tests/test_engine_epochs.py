@@ -74,6 +74,7 @@ def test_losses_and_updates_match_plain_sgd_by_hand():
     ([5.0, 4.0, 4.5, 3.0, 3.5, 3.2], False, 2, 6, 4, 6),  # lower is better; patience reached at the last epoch
     ([5.0, 4.0, 4.5, 4.1, 1.0], False, 2, 5, 2, 4),
     ([0.3, 0.2, 0.1, 0.0], True, None, 4, 1, 4),  # no patience: every epoch runs, the first stays best
+    ([float("nan"), 0.2, float("nan"), 0.1], True, None, 4, 2, 4),  # a number beats NaN, NaN beats nothing
 ])
 def test_stops_at_best_plus_patience_and_restores_the_best_weights_bit_for_bit(metrics, higher, patience, max_epochs,
                                                                                 best_epoch, epochs_run):
@@ -88,13 +89,10 @@ def test_stops_at_best_plus_patience_and_restores_the_best_weights_bit_for_bit(m
     assert result.stopped_early == (epochs_run < max_epochs)
     assert torch.equal(model.w.detach(), snapshots[best_epoch - 1])  # restored exactly, not re-trained
     assert not torch.equal(snapshots[best_epoch - 1], snapshots[-1]) or best_epoch == epochs_run
-    best_so_far = [r["best_so_far"] for r in result.history]
-    expected, current = [], None
-    for m in metrics[:epochs_run]:
-        current = m if current is None or (m > current if higher else m < current) else current
-        expected.append(current)
-    assert best_so_far == expected
-    assert [r["dev_score"] for r in result.history] == metrics[:epochs_run]
+    expected = [max(metrics[:k], key=lambda m: (m == m, m if higher else -m)) if any(m == m for m in metrics[:k])
+                else metrics[0] for k in range(1, epochs_run + 1)]  # the best number so far, else the first NaN
+    assert repr([r["best_so_far"] for r in result.history]) == repr(expected)
+    assert repr([r["dev_score"] for r in result.history]) == repr(metrics[:epochs_run])
     assert not model.training
 
 

@@ -10,7 +10,7 @@ batches of each epoch, the loss of a batch and a dev metric; the loop does the r
             non-finite loss: stop naming epoch and step (or skip the update and count it)
             zero_grad -> backward -> clip (optional) -> optimizer.step -> scheduler.step
         model.eval(); metric = evaluate() under no_grad
-        a better metric (strictly; the first epoch always is one): deep-copy the state dict
+        a better metric (strictly; the first epoch always is one; NaN never): deep-copy the state dict
         ``patience`` epochs in a row without a better one: stop
     restore the best epoch's state dict; model.eval()
 
@@ -183,7 +183,9 @@ def train_epochs(
                 evaluated = evaluate()
             metric, fields = evaluated if isinstance(evaluated, tuple) else (evaluated, {})
             metric, best = float(metric), result.best_metric
-            if best is None or (metric > best if options.higher_is_better else metric < best):
+            # the first epoch is the first best; a NaN metric (an empty dev set) is never better than a number
+            if best is None or (math.isnan(best) and not math.isnan(metric)) or (
+                    metric > best if options.higher_is_better else metric < best):
                 result.best_metric, result.best_epoch, stale = metric, epoch, 0
                 best_state = copy.deepcopy(model.state_dict())
             else:
