@@ -116,6 +116,12 @@ def test_skipped_nonfinite_steps_are_counted_and_change_nothing():
     assert model.w.item() == pytest.approx(w, rel=1e-12)
     assert [r["train_loss"] for r in result.history] == pytest.approx(losses, rel=1e-12)
     assert [r["skipped_steps"] for r in result.history] == [2, 2] and result.skipped_steps == 4
+    model = Scalar(0.5)
+    result = train_epochs(model, torch.optim.SGD(model.parameters(), lr=0.1), batches=lambda e: [(float("nan"), 1)],
+                          loss=_square_loss(model), options=EpochOptions(max_epochs=1, nonfinite="skip", progress=False),
+                          log=lambda m: None)
+    assert result.history[0]["train_loss"] is None and model.w.item() == 0.5  # nothing trained, nothing non-finite
+    json.dumps(result.history, allow_nan=False)
 
 
 def test_gradient_clipping_and_the_scheduler_step_after_each_update():

@@ -171,11 +171,12 @@ def train_epochs(
             if not bar and time.perf_counter() - last_line >= options.log_every:
                 last_line = time.perf_counter()
                 log(f"{description} {epoch}: batch {position}{of}, train loss so far {total / weight_sum:.4f}")
-        record: dict = {"epoch": epoch, "train_loss": total / weight_sum if weight_sum else float("nan")}
+        # None, not NaN, when every batch was skipped: the history is written as JSON
+        record: dict = {"epoch": epoch, "train_loss": total / weight_sum if weight_sum else None}
         if options.nonfinite == "skip":
             record["skipped_steps"] = skipped
             result.skipped_steps += skipped
-        line = f"{description} {epoch}: train loss {record['train_loss']:.4f}"
+        line = f"{description} {epoch}: train loss {total / weight_sum if weight_sum else float('nan'):.4f}"
         line += f", {skipped} non-finite skipped" if skipped else ""
         if evaluate is not None:
             model.eval()
