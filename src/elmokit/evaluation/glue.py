@@ -183,6 +183,32 @@ def run_feature_task(rep, task: GlueTask, splits: dict[str, PairData], *, seed: 
             "history": result.history}
 
 
+def run_finetune_task(folder, task: GlueTask, splits: dict[str, PairData], *, seed: int, options=None,
+                      patience: int | None = None, log=None) -> dict:
+    """Fine-tune the transformer ``folder`` with BERT's or GPT's input for the task
+    (``elmokit.transfer.finetune_pairs``); one seed. ``options``: a ``FineTuneOptions`` (its seed is replaced)."""
+    import dataclasses
+
+    from elmokit.transfer.finetune import FineTuneOptions
+    from elmokit.transfer.finetune_pairs import finetune_pairs
+
+    options = dataclasses.replace(options or FineTuneOptions(), seed=seed)
+    kind = task.gpt_input
+
+    def columns(data: PairData):
+        return data.first, data.second, data.targets
+
+    tuned, result = finetune_pairs(folder, columns(splits["train"]), columns(splits["dev"]), kind=kind,
+                                   regression=task.regression, options=options, patience=patience, log=log,
+                                   metric=lambda p, g: _finite(task_metrics(task, p, g)["score"]))
+    predicted = {split: tuned.predict(splits[split].first, splits[split].second) for split in ("dev", "test")}
+    return {"dev": task_metrics(task, predicted["dev"], splits["dev"].targets),
+            "test": task_metrics(task, predicted["test"], splits["test"].targets),
+            "best_epoch": result.best_epoch, "epochs_run": len(result.history), "stopped_early": result.stopped_early,
+            "input": "gpt" if tuned.model.causal else "bert", "input_kind": kind,
+            "options": dataclasses.asdict(options), "history": result.history}
+
+
 def summarize(runs: Sequence[dict]) -> dict:
     """Mean and spread (sample standard deviation; 0 for one run) of every test metric over seeds."""
     names = list(runs[0]["test"])

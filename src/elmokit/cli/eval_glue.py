@@ -1,0 +1,197 @@
+"""`elmokit eval glue`: any representation on the small GLUE tasks and SICK, as a GLUE-style table.
+
+    elmokit eval glue --model default --tasks rte,mrpc,stsb --seeds 0,1 --out runs/glue-elmo
+    elmokit eval glue --vectors runs/static/sgns --vectors glove.txt --max-train 500 --epochs 2
+    elmokit eval glue --recipe finetune --model runs/bert/model --tasks cola,rte
+
+The feature recipe trains InferSent's pair model on the frozen layers of each representation
+(``elmokit.tasks.pair_model``); the fine-tune recipe fine-tunes each transformer folder with BERT's
+or GPT's input (``elmokit.transfer.finetune_pairs``). Splits and metrics: ``elmokit.evaluation.glue``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from elmokit.cli.common import (
+    add_threads_argument,
+    apply_threads,
+    non_negative_int,
+    number_list,
+    positive_float,
+    positive_int,
+    probability,
+    run_reporting_errors,
+)
+from elmokit.errors import UserError
+
+RECIPE_DEFAULTS = {"feature": {"epochs": 10, "patience": 3, "lr": 1e-3},
+                   "finetune": {"epochs": 3, "patience": None, "lr": 5e-5}}
+
+
+def register_glue(sub) -> None:
+    from elmokit.evaluation.glue import DEFAULT_TASKS, TASKS
+
+    p = sub.add_parser(
+        "glue", help="GLUE (CoLA, SST-2, MRPC, STS-B, RTE, WNLI) and SICK: one row per representation",
+        description="Each task with its official metric (CoLA Matthews; SST-2, RTE, WNLI, SICK-E accuracy; MRPC "
+        "accuracy/F1; STS-B, SICK-R Pearson/Spearman), x100. GLUE's test labels are not public: GLUE's dev set "
+        "is the test set and a fixed 10% slice of the training file (the same every run) is the dev set for early "
+        "stopping; SST-2 is built from the SST trees (its test set: the SST dev sentences); SICK uses its "
+        "SemEval-2014 train/trial/test files. A cell is the mean over --seeds, with the spread (sample standard "
+        "deviation) of the task score when there are several; avg is the mean task score.")
+    what = p.add_argument_group("what to evaluate (one table row each; default: --model default)")
+    what.add_argument("--model", action="append", default=[], metavar="MODEL",
+                      help="'default', an ELMo model folder, or a transformers folder; repeatable")
+    what.add_argument("--vectors", action="append", default=[], metavar="DIR|FILE",
+                      help="a static table (run folder of `elmokit static train` or a word2vec/GloVe file); repeatable")
+    p.add_argument("--recipe", choices=tuple(RECIPE_DEFAULTS), default="feature",
+                   help="feature: frozen layers into the [u; v; |u-v|; u*v] BiLSTM-max model (default); finetune: "
+                   "fine-tune each --model transformer folder with BERT's or GPT's pair input")
+    p.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated, from: {', '.join(TASKS)} "
+                   "(default: all)")
+    p.add_argument("--seeds", type=number_list(non_negative_int), default="0",
+                   help="comma-separated training seeds; several give the mean and spread (default: 0)")
+    p.add_argument("--max-train", type=positive_int, default=None, help="use only the first N training examples "
+                   "(a quick run)")
+    p.add_argument("--max-eval", type=positive_int, default=None, help="use only the first N dev and test examples")
+    train = p.add_argument_group("training")
+    train.add_argument("--epochs", type=positive_int, default=None,
+                       help="most epochs (default: feature 10, finetune 3 as BERT)")
+    train.add_argument("--patience", type=positive_int, default=None,
+                       help="stop after this many epochs without a better dev score (default: feature 3, finetune never)")
+    train.add_argument("--batch-size", type=positive_int, default=32, help="examples per step (default: %(default)s)")
+    train.add_argument("--lr", type=positive_float, default=None,
+                       help="learning rate (default: feature 1e-3 Adam, finetune 5e-5 AdamW as BERT)")
+    train.add_argument("--hidden-dim", type=positive_int, default=64,
+                       help="feature: BiLSTM size per direction (default: %(default)s)")
+    train.add_argument("--mlp-dim", type=positive_int, default=128, help="feature: hidden layer of the classifier "
+                       "(default: %(default)s)")
+    train.add_argument("--dropout", type=probability, default=0.1, help="dropout (default: %(default)s)")
+    train.add_argument("--aux-lm", action="store_true", help="finetune, GPT-type models: add GPT's auxiliary LM loss "
+                       "(eq. 5, lambda 0.5)")
+    p.add_argument("--data-dir", default=None, help="the folder holding glue/, sick/ and sst/ (default: $ELMOKIT_SHARED/data "
+                   "or ../shared/data)")
+    p.add_argument("--cache-dir", default=None, help="keep the frozen features here (default: a temporary folder)")
+    p.add_argument("--out", default=None, metavar="DIR", help="write results.json, table.txt and one JSON per run "
+                   "(runs/ROW/TASK.seedN.json) to this folder (replaced atomically)")
+    add_threads_argument(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return run_reporting_errors("eval glue", run_glue, args)
+    except UserError as error:
+        print(f"elmokit eval glue: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "row"
+
+
+def _rows(args) -> list[tuple[str, object]]:
+    """(row name, what to run): a loaded representation (feature) or a transformers folder (finetune)."""
+    from elmokit.representation import is_transformer_folder, load_representation, spec_from_flags
+
+    models = args.model or ([] if args.vectors else ["default"])
+    if args.recipe == "finetune":
+        if args.vectors:
+            raise UserError("--recipe finetune fine-tunes transformer folders: give them with --model, not --vectors")
+        for folder in models:
+            if not is_transformer_folder(folder):
+                raise UserError(f"--model {folder}: not a transformers model folder (config.json with model_type); "
+                                "--recipe finetune needs one (or use --recipe feature)")
+        return [(f"finetune:{Path(folder).resolve().name}", str(Path(folder).resolve())) for folder in models]
+    specs = [spec_from_flags(model=m) for m in models] + [spec_from_flags(vectors=v) for v in args.vectors]
+    reps = [load_representation(spec) for spec in specs]
+    return [(rep.name, rep) for rep in reps]
+
+
+def run_glue(args: argparse.Namespace) -> int:
+    from elmokit.evaluation.glue import TASKS, format_table, limit, read_task, run_feature_task, run_finetune_task, summarize
+    from elmokit.io import check_output, output_directory
+    from elmokit.transfer.finetune import FineTuneOptions
+
+    apply_threads(args)
+    log = logging.getLogger("elmokit.glue").info
+    tasks = [t for t in args.tasks.split(",") if t]
+    unknown = [t for t in tasks if t not in TASKS]
+    if not tasks or unknown:
+        raise UserError(f"--tasks {args.tasks!r}: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}")
+    if args.aux_lm and args.recipe != "finetune":
+        raise UserError("--aux-lm applies to --recipe finetune")
+    if args.out:
+        check_output(args.out, command="eval glue")  # refuse a bad --out before hours of training
+    defaults = RECIPE_DEFAULTS[args.recipe]
+    epochs = args.epochs or defaults["epochs"]
+    patience = args.patience if args.patience is not None else defaults["patience"]
+    lr = args.lr or defaults["lr"]
+    rows = _rows(args)
+    splits = {name: limit(read_task(name, args.data_dir), args.max_train, args.max_eval) for name in tasks}
+    table, runs = [], []
+    with tempfile.TemporaryDirectory(prefix="elmokit-glue-") as scratch:
+        cache_dir = args.cache_dir or scratch
+        for row_name, target in rows:
+            summaries = {}
+            for name in tasks:
+                task, per_seed = TASKS[name], []
+                for seed in args.seeds:
+                    log(f"{row_name} {name} seed {seed}: {len(splits[name]['train'])} train, "
+                        f"{len(splits[name]['dev'])} dev, {len(splits[name]['test'])} test")
+                    if args.recipe == "feature":
+                        run = run_feature_task(target, task, splits[name], seed=seed, cache_dir=cache_dir, log=log,
+                                               max_epochs=epochs, patience=patience, batch_size=args.batch_size,
+                                               learning_rate=lr, hidden_dim=args.hidden_dim, mlp_dim=args.mlp_dim,
+                                               dropout=args.dropout)
+                    else:
+                        options = FineTuneOptions(epochs=epochs, batch_size=args.batch_size, learning_rate=lr,
+                                                  dropout=args.dropout, aux_lm=args.aux_lm)
+                        run = run_finetune_task(target, task, splits[name], seed=seed, options=options,
+                                                patience=patience, log=log)
+                    run.update({"representation": row_name, "task": name, "seed": seed, "recipe": args.recipe,
+                                "sizes": {k: len(v) for k, v in splits[name].items()}})
+                    per_seed.append(run)
+                    runs.append(run)
+                summaries[name] = summarize(per_seed)
+            table.append({"representation": row_name, "tasks": summaries})
+    text = format_table(table, tasks)
+    print(f"GLUE-style table ({args.recipe} recipe; test = GLUE dev, SICK test; x100; seeds {args.seeds})")
+    print(text)
+    if args.out:
+        command = ["elmokit"] + list(getattr(args, "argv", []))
+        with output_directory(args.out, command="eval glue") as folder:
+            for run in runs:
+                path = folder / "runs" / _slug(run["representation"]) / f"{run['task']}.seed{run['seed']}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(_clean({**run, "command": command}), indent=1, default=_jsonable) + "\n",
+                                encoding="utf-8")
+            summary = {"command": command, "recipe": args.recipe, "tasks": tasks, "seeds": args.seeds,
+                       "max_train": args.max_train, "max_eval": args.max_eval, "rows": table}
+            (folder / "results.json").write_text(json.dumps(_clean(summary), indent=1, default=_jsonable) + "\n",
+                                                 encoding="utf-8")
+            (folder / "table.txt").write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+def _jsonable(value):
+    return float(value) if hasattr(value, "__float__") else str(value)
+
+
+def _clean(value):
+    """nan (a correlation of constant predictions) -> null: the files stay valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value

@@ -1,0 +1,93 @@
+"""`elmokit eval glue` end to end on tiny hand-written task files and a tiny vector table; its errors;
+and (slow) a real run on a few dozen GLUE examples with the shipped model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from elmokit.cli.main import main
+
+WORDS = ["a", "the", "dog", "cat", "runs", "sleeps", "man", "woman", "is", "not", "."]
+
+
+def _data(root):
+    """glue/rte and glue/cola with 30 training rows each (the label is whether a 'not' is in the second sentence /
+    whether the sentence ends with a full stop)."""
+    rng = np.random.default_rng(0)
+    rte = root / "glue" / "rte"
+    rte.mkdir(parents=True)
+    cola = root / "glue" / "cola"
+    cola.mkdir(parents=True)
+    for split, n in (("train", 30), ("dev", 12)):
+        rows, cola_rows = ["index\tsentence1\tsentence2\tlabel"], []
+        for i in range(n):
+            first = " ".join(rng.choice(WORDS[:8], 3))
+            negated = i % 2 == 0
+            rows.append(f"{i}\t{first}.\tA man is {'not ' if negated else ''}here.\t"
+                        f"{'not_entailment' if negated else 'entailment'}")
+            cola_rows.append(f"src\t{i % 2}\t\tThe {rng.choice(WORDS[2:4])} runs{'.' if i % 2 else ''}")
+        (rte / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        (cola / f"{split}.tsv").write_text("\n".join(cola_rows) + "\n", encoding="utf-8")
+    vectors = root / "vectors.txt"
+    table = np.random.default_rng(1).normal(size=(len(WORDS) + 4, 7))
+    names = WORDS + ["A", "The", "here", "Man"]
+    vectors.write_text(f"{len(names)} 7\n" + "".join(f"{w} {' '.join(f'{x:.4f}' for x in row)}\n"
+                                                      for w, row in zip(names, table)), encoding="utf-8")
+    return vectors
+
+
+def test_eval_glue_prints_the_table_and_writes_one_json_per_run(tmp_path, capsys):
+    vectors = _data(tmp_path)
+    out = tmp_path / "out"
+    code = main(["eval", "glue", "--vectors", str(vectors), "--tasks", "rte,cola", "--seeds", "0,1", "--epochs", "2",
+                 "--hidden-dim", "5", "--mlp-dim", "6", "--data-dir", str(tmp_path), "--out", str(out), "--threads", "1"])
+    assert code == 0
+    printed = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.startswith("representation"))
+    assert printed[header].split() == ["representation", "rte", "cola", "avg"]
+    row = printed[header + 1].split()
+    assert row[0] == "vectors"  # the table's own name (the file's stem)
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["tasks"] == ["rte", "cola"] and results["seeds"] == [0, 1]
+    runs = sorted(p.relative_to(out).as_posix() for p in (out / "runs").rglob("*.json"))
+    assert len(runs) == 4 and all(p.split("/")[-1] in {"rte.seed0.json", "rte.seed1.json", "cola.seed0.json",
+                                                       "cola.seed1.json"} for p in runs)
+    run = json.loads((out / runs[0]).read_text(encoding="utf-8"))
+    assert run["sizes"] == {"train": 27, "dev": 3, "test": 12}  # 10% of the 30 training rows held out
+    assert set(run["test"]) >= {"score"} and run["command"][:3] == ["elmokit", "eval", "glue"]
+    assert 1 <= run["best_epoch"] <= 2 and len(run["history"]) == run["epochs_run"]
+    # the row's cells are the seed means of the runs' test scores
+    rte = [json.loads((out / p).read_text())["test"]["accuracy"] for p in runs if p.endswith(("rte.seed0.json",
+                                                                                              "rte.seed1.json"))]
+    summary = results["rows"][0]["tasks"]["rte"]
+    assert summary["mean"]["accuracy"] == pytest.approx(np.mean(rte)) and summary["seeds"] == 2
+    assert row[1].startswith(f"{np.mean(rte):.1f}±")
+
+
+def test_eval_glue_reports_a_bad_row_as_file_and_line(tmp_path, capsys):
+    vectors = _data(tmp_path)
+    path = tmp_path / "glue" / "rte" / "train.tsv"
+    path.write_text(path.read_text(encoding="utf-8") + "99\tA b.\tC d.\tmaybe\n", encoding="utf-8")
+    code = main(["eval", "glue", "--vectors", str(vectors), "--tasks", "rte", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"{path}:32: label 'maybe' is not one of entailment, not_entailment" in err
+    assert main(["eval", "glue", "--vectors", str(vectors), "--tasks", "rte,qqp", "--data-dir", str(tmp_path)]) == 2
+    assert "unknown qqp" in capsys.readouterr().err
+    assert main(["eval", "glue", "--vectors", str(vectors), "--recipe", "finetune", "--data-dir", str(tmp_path)]) == 2
+    assert "transformer folders" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_tiny_glue_run_with_the_shipped_model(tmp_path, capsys):
+    from testkit import need_shared
+
+    need_shared("data", "glue")
+    code = main(["eval", "glue", "--model", "default", "--tasks", "rte,cola,stsb", "--max-train", "48", "--max-eval", "32",
+                 "--epochs", "2", "--threads", "1", "--out", str(tmp_path / "out")])
+    assert code == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    assert set(results["rows"][0]["tasks"]) == {"rte", "cola", "stsb"}
