@@ -28,7 +28,7 @@ def _brute_force(start, end, length, max_length):
 
 def test_best_span_matches_brute_force_over_all_pairs():
     rng = np.random.default_rng(0)
-    for trial in range(40):
+    for _ in range(40):
         batch, steps = 3, int(rng.integers(1, 9))
         start = torch.from_numpy(rng.normal(size=(batch, steps)))
         end = torch.from_numpy(rng.normal(size=(batch, steps)))
@@ -49,7 +49,8 @@ def _article(title, n_paragraphs=1):
     return {"title": title, "paragraphs": [{"context": context, "qas": [
         {"id": f"{title}-{p}-a", "question": "Who won Super Bowl 50?",
          "answers": [{"text": "Denver Broncos", "answer_start": 0}, {"text": "the Denver Broncos", "answer_start": 0}]},
-        {"id": f"{title}-{p}-b", "question": "What was the score?", "answers": [{"text": "24-10", "answer_start": context.index("24-10")}]},
+        {"id": f"{title}-{p}-b", "question": "What was the score?",
+         "answers": [{"text": "24-10", "answer_start": context.index("24-10")}]},
     ]} for p in range(n_paragraphs)]}
 
 
@@ -103,7 +104,8 @@ def _toy_squad(n, rng):
         food = foods[(k + i) % 4]
         start = context.index(f"the {animals[k]} eats ") + len(f"the {animals[k]} eats ")
         articles.append({"title": str(i), "paragraphs": [{"context": context, "qas": [
-            {"id": str(i), "question": f"what does the {animals[k]} eat ?", "answers": [{"text": food, "answer_start": start}]}]}]})
+            {"id": str(i), "question": f"what does the {animals[k]} eat ?",
+             "answers": [{"text": food, "answer_start": start}]}]}]})
     return squad_examples(articles)
 
 
