@@ -19,6 +19,7 @@ i <= j and j - i + 1 <= max_length (BERT §4.2: "the maximum scoring span where 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import lzma
 import os
@@ -70,6 +71,16 @@ class SquadData:
 
     def gold(self) -> dict[str, list[str]]:
         return {q.id: q.answers for q in self.questions}
+
+    def head(self, count: int | None) -> SquadData:
+        """The first ``count`` questions (all when None) with only the paragraphs they read."""
+        if count is None or count >= len(self.questions):
+            return self
+        questions = self.questions[:count]
+        kept = sorted({q.paragraph for q in questions})
+        index = {old: new for new, old in enumerate(kept)}
+        return SquadData([self.paragraphs[i] for i in kept],
+                         [dataclasses.replace(q, paragraph=index[q.paragraph]) for q in questions], list(self.articles))
 
 
 def answer_span(spans: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
