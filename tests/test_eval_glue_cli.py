@@ -91,3 +91,55 @@ def test_a_real_tiny_glue_run_with_the_shipped_model(tmp_path, capsys):
     assert code == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
     assert set(results["rows"][0]["tasks"]) == {"rte", "cola", "stsb"}
+
+
+def test_eval_glue_finetune_recipe_on_a_tiny_bert_folder(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from elmokit.pretraining.models import build_model, preset
+    from elmokit.pretraining.tokenizers import wordpiece_from_vocab
+
+    _data(tmp_path)
+    folder = tmp_path / "bert"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "A", "The", "here", "Man"]
+    build_model("bert", preset("tiny", max_positions=24), vocab_size=len(vocab), seed=1).save_pretrained(str(folder))
+    wordpiece_from_vocab(vocab).save_pretrained(str(folder))
+    code = main(["eval", "glue", "--recipe", "finetune", "--model", str(folder), "--tasks", "rte", "--epochs", "1",
+                 "--batch-size", "8", "--data-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--threads", "1"])
+    assert code == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1].split()[0] == "finetune:bert"
+    run = json.loads((tmp_path / "out" / "runs" / "finetune_bert" / "rte.seed0.json").read_text(encoding="utf-8"))
+    assert run["input"] == "bert" and run["input_kind"] == "entailment" and run["recipe"] == "finetune"
+    assert run["epochs_run"] == 1 and 0 <= run["test"]["accuracy"] <= 100
+
+
+def _squad_file(folder, n_articles=8):
+    animals, foods = ["dog", "cat", "cow", "owl"], ["bones", "fish", "grass", "mice"]
+    articles = []
+    for a in range(n_articles):
+        context = " ".join(f"the {animals[k]} eats {foods[(k + a) % 4]} ." for k in range(4))
+        qas = [{"id": f"{a}-{k}", "question": f"what does the {animals[k]} eat ?",
+                "answers": [{"text": foods[(k + a) % 4], "answer_start": context.index(foods[(k + a) % 4])}]}
+               for k in range(4)]
+        articles.append({"title": f"a{a}", "paragraphs": [{"context": context, "qas": qas}]})
+    folder.mkdir()
+    (folder / "dev-v1.1.json").write_text(json.dumps({"version": "1.1", "data": articles}), encoding="utf-8")
+
+
+def test_eval_squad_prints_em_and_f1_and_writes_the_runs(tmp_path, capsys):
+    _data(tmp_path)
+    vectors = tmp_path / "vectors.txt"
+    _squad_file(tmp_path / "squad")
+    code = main(["eval", "squad", "--vectors", str(vectors), "--data-dir", str(tmp_path / "squad"), "--epochs", "2",
+                 "--hidden-dim", "4", "--out", str(tmp_path / "out"), "--threads", "1"])
+    assert code == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2].split() == ["representation", "EM", "F1"] and printed[-1].split()[0] == "vectors"
+    run = json.loads((tmp_path / "out" / "runs" / "vectors" / "squad.seed0.json").read_text(encoding="utf-8"))
+    # 8 articles: the 4th and 8th are test; of the other 6, the 6th is dev
+    assert run["sizes"] == {"train": 20, "dev": 4, "test": 8}
+    assert set(run["test"]) == {"exact_match", "f1"} and float(printed[-1].split()[2]) == pytest.approx(run["test"]["f1"],
+                                                                                                          abs=0.05)
+    (tmp_path / "squad" / "dev-v1.1.json").write_text("{not json", encoding="utf-8")
+    assert main(["eval", "squad", "--vectors", str(vectors), "--data-dir", str(tmp_path / "squad")]) == 2
+    assert "not a SQuAD JSON file" in capsys.readouterr().err
