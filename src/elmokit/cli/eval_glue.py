@@ -230,6 +230,8 @@ def run_squad(args: argparse.Namespace) -> int:
     if args.out:
         check_output(args.out, command="eval squad")
     epochs, patience, lr = _settings(args)
+    if args.recipe == "feature" and args.lr is None:
+        lr = 2e-3  # the reader's Adamax (DrQA), at Adamax's own default rate
     rows = _rows(args)
     splits = squad_splits(args.data_dir, max_train=args.max_train, max_eval=args.max_eval)
     table, runs = [], []
