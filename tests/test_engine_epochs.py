@@ -6,12 +6,14 @@ and seeding."""
 from __future__ import annotations
 
 import json
+import random
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, NonFiniteLoss, train_epochs
+from elmokit.engine.epochs import EpochOptions, NonFiniteLoss, shuffled_batches, train_epochs
 from elmokit.errors import UserError
 
 
@@ -72,6 +74,7 @@ def test_losses_and_updates_match_plain_sgd_by_hand():
     ([5.0, 4.0, 4.5, 3.0, 3.5, 3.2], False, 2, 6, 4, 6),  # lower is better; patience reached at the last epoch
     ([5.0, 4.0, 4.5, 4.1, 1.0], False, 2, 5, 2, 4),
     ([0.3, 0.2, 0.1, 0.0], True, None, 4, 1, 4),  # no patience: every epoch runs, the first stays best
+    ([float("nan"), 0.2, float("nan"), 0.1], True, None, 4, 2, 4),  # a number beats NaN, NaN beats nothing
 ])
 def test_stops_at_best_plus_patience_and_restores_the_best_weights_bit_for_bit(metrics, higher, patience, max_epochs,
                                                                                 best_epoch, epochs_run):
@@ -86,13 +89,10 @@ def test_stops_at_best_plus_patience_and_restores_the_best_weights_bit_for_bit(m
     assert result.stopped_early == (epochs_run < max_epochs)
     assert torch.equal(model.w.detach(), snapshots[best_epoch - 1])  # restored exactly, not re-trained
     assert not torch.equal(snapshots[best_epoch - 1], snapshots[-1]) or best_epoch == epochs_run
-    best_so_far = [r["best_so_far"] for r in result.history]
-    expected, current = [], None
-    for m in metrics[:epochs_run]:
-        current = m if current is None or (m > current if higher else m < current) else current
-        expected.append(current)
-    assert best_so_far == expected
-    assert [r["dev_score"] for r in result.history] == metrics[:epochs_run]
+    expected = [max(metrics[:k], key=lambda m: (m == m, m if higher else -m)) if any(m == m for m in metrics[:k])
+                else metrics[0] for k in range(1, epochs_run + 1)]  # the best number so far, else the first NaN
+    assert repr([r["best_so_far"] for r in result.history]) == repr(expected)
+    assert repr([r["dev_score"] for r in result.history]) == repr(metrics[:epochs_run])
     assert not model.training
 
 
@@ -116,6 +116,12 @@ def test_skipped_nonfinite_steps_are_counted_and_change_nothing():
     assert model.w.item() == pytest.approx(w, rel=1e-12)
     assert [r["train_loss"] for r in result.history] == pytest.approx(losses, rel=1e-12)
     assert [r["skipped_steps"] for r in result.history] == [2, 2] and result.skipped_steps == 4
+    model = Scalar(0.5)
+    result = train_epochs(model, torch.optim.SGD(model.parameters(), lr=0.1), batches=lambda e: [(float("nan"), 1)],
+                          loss=_square_loss(model), options=EpochOptions(max_epochs=1, nonfinite="skip", progress=False),
+                          log=lambda m: None)
+    assert result.history[0]["train_loss"] is None and model.w.item() == 0.5  # nothing trained, nothing non-finite
+    json.dumps(result.history, allow_nan=False)
 
 
 def test_gradient_clipping_and_the_scheduler_step_after_each_update():
@@ -185,3 +191,12 @@ def test_progress_log_lines_without_a_terminal():
 def test_impossible_options_are_user_errors(fields):
     with pytest.raises(UserError):
         EpochOptions(**fields)
+
+
+def test_shuffled_batches_follow_each_generators_own_shuffle():
+    order = list(range(11))
+    random.Random(4).shuffle(order)
+    assert shuffled_batches(11, 4, random.Random(4)) == [order[0:4], order[4:8], order[8:11]]
+    permutation = np.random.default_rng(4).permutation(11).tolist()
+    assert shuffled_batches(11, 4, np.random.default_rng(4)) == [permutation[0:4], permutation[4:8], permutation[8:11]]
+    assert shuffled_batches(0, 4, random.Random(0)) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from elmokit.engine.epochs import NonFiniteLoss
 from elmokit.tasks.data import TaggedCorpus
 from elmokit.tasks.tagger import (
     SequenceTagger,
@@ -225,3 +227,31 @@ def test_frozen_features_come_from_the_feature_cache_and_runs_repeat_exactly(tmp
     direct, direct_mask = pad_features(rep.embed([corpus.sentences[i] for i in (2, 0, 1)]))
     assert torch.equal(cached, direct) and torch.equal(cached_mask, direct_mask)
     assert first.predict(corpus.sentences) == second.predict(corpus.sentences)
+
+
+class OneNaNFeature(HiddenBitRepresentation):
+    """The hidden-bit layers, with one NaN in the features of one sentence."""
+
+    def __init__(self, bits, poisoned: list[str]) -> None:
+        super().__init__(bits)
+        self.poisoned = poisoned
+
+    def embed(self, sentences):
+        out = super().embed(sentences)
+        for tokens, layers in zip(sentences, out):
+            if list(tokens) == self.poisoned:
+                layers[0, 0, 0] = np.nan
+        return out
+
+
+def test_a_nan_feature_stops_training_naming_the_step_or_is_skipped_and_counted():
+    bits: dict = {}
+    train, dev = _hidden_bit_task(20, seed=1, bits=bits), _hidden_bit_task(5, seed=2, bits=bits)
+    representation = OneNaNFeature(bits, train.sentences[7])
+    options = TrainOptions(epochs=2, patience=2, batch_size=4, progress=False)
+    with pytest.raises(NonFiniteLoss, match=r"loss is nan at epoch 1, step \d"):
+        train_tagger(train, dev, _config(), representation=representation, options=options, log=lambda m: None)
+    skipping = dataclasses.replace(options, nonfinite="skip")
+    tagger = train_tagger(train, dev, _config(), representation=representation, options=skipping, log=lambda m: None)
+    assert [h["skipped_steps"] for h in tagger.history] == [1, 1]  # the one batch holding sentence 7, each epoch
+    assert all(bool(torch.isfinite(v).all()) for v in tagger.model.state_dict().values())

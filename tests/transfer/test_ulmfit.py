@@ -179,6 +179,17 @@ def test_lm_fine_tuning_lowers_the_task_text_loss():
     assert after < before - 0.05, (before, after)
 
 
+def test_lm_fine_tuning_is_the_same_for_the_same_seed_whatever_the_global_generator_held():
+    runs = []
+    for disturbance in (3, 5):
+        torch.rand(disturbance)  # the dropout masks must come from options.seed, not from what ran before
+        lm = make_lm()
+        history = finetune_language_model(lm, VOCAB, SENTENCES, LMFineTuneOptions(epochs=1, batch_size=4, samples=4, seed=2))
+        runs.append(([h["lm_train_loss"] for h in history], lm.state_dict()))
+    (losses, weights), (again, same) = runs
+    assert losses == again and all(torch.equal(weights[k], same[k]) for k in weights)
+
+
 def test_length_batches_cover_every_index_once_and_never_leave_a_batch_of_one():
     rng = np.random.default_rng(0)
     for count, size in ((7, 3), (10, 3), (1, 4), (65, 8)):

@@ -10,7 +10,7 @@ batches of each epoch, the loss of a batch and a dev metric; the loop does the r
             non-finite loss: stop naming epoch and step (or skip the update and count it)
             zero_grad -> backward -> clip (optional) -> optimizer.step -> scheduler.step
         model.eval(); metric = evaluate() under no_grad
-        a better metric (strictly; the first epoch always is one): deep-copy the state dict
+        a better metric (strictly; the first epoch always is one; NaN never): deep-copy the state dict
         ``patience`` epochs in a row without a better one: stop
     restore the best epoch's state dict; model.eval()
 
@@ -58,6 +58,17 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
+def shuffled_batches(count: int, batch_size: int, rng: random.Random | np.random.Generator) -> list[list[int]]:
+    """The indices ``0..count-1`` in an order drawn from ``rng`` (``random.Random.shuffle`` of the list, or
+    numpy's ``permutation``), cut into batches of ``batch_size`` (the last one may be smaller)."""
+    if isinstance(rng, random.Random):
+        order = list(range(count))
+        rng.shuffle(order)
+    else:
+        order = rng.permutation(count).tolist()
+    return [order[start : start + batch_size] for start in range(0, count, batch_size)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class EpochOptions:
     """How the loop runs (the recipe's own options map onto these)."""
@@ -89,12 +100,6 @@ class EpochResult:
     best_metric: float | None = None
     stopped_early: bool = False
     skipped_steps: int = 0
-
-
-def _better(metric: float, best: float | None, higher_is_better: bool) -> bool:
-    if best is None:
-        return True
-    return metric > best if higher_is_better else metric < best
 
 
 def train_epochs(
@@ -129,70 +134,69 @@ def train_epochs(
         seed_everything(options.seed)
     clip = list(clip_parameters) if clip_parameters is not None else list(model.parameters())
     bar = sys.stderr.isatty() if options.progress is None else options.progress
-    result = EpochResult()
-    best_state, stale, step = None, 0, 0
+    result, best_state, stale, step = EpochResult(), None, 0, 0
     for epoch in range(1, options.max_epochs + 1):
-        started = time.perf_counter()
+        started = last_line = time.perf_counter()
         model.train()
         if on_epoch_start is not None:
             on_epoch_start(epoch)
         epoch_batches = batches(epoch)
-        iterator = _progress(epoch_batches, epoch, bar, options.log_every, log, description)
+        of = f"/{len(epoch_batches)}" if hasattr(epoch_batches, "__len__") else ""
+        if bar:
+            from tqdm import tqdm
+
+            epoch_batches = tqdm(epoch_batches, desc=f"{description} {epoch}", unit="batch", leave=False)
         total, weight_sum, skipped = 0.0, 0.0, 0
-        for position, batch in enumerate(iterator, 1):
+        for position, batch in enumerate(epoch_batches, 1):
             if on_step_start is not None:
                 on_step_start(step)
             value, weight = loss(batch)
             step += 1
+            optimizer.zero_grad()
             number = value.item()
             if not math.isfinite(number):
                 if options.nonfinite == "stop":
-                    raise NonFiniteLoss(f"training loss is {number} at epoch {epoch}, step {position} "
-                                        f"(step {step} of the run): lower the learning rate, or skip such steps "
-                                        "(nonfinite='skip')")
+                    raise NonFiniteLoss(f"training loss is {number} at epoch {epoch}, step {position} (step {step} of the "
+                                        "run): look for non-finite inputs or lower the learning rate (or skip such "
+                                        "steps: nonfinite='skip')")
                 skipped += 1
-                optimizer.zero_grad()
                 continue
-            optimizer.zero_grad()
             value.backward()
             if options.grad_clip is not None:
                 nn.utils.clip_grad_norm_(clip, options.grad_clip)
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
-            total += number * weight
-            weight_sum += weight
-            if hasattr(iterator, "note"):
-                iterator.note(number)
-        record: dict = {"epoch": epoch, "train_loss": total / weight_sum if weight_sum else float("nan")}
+            total, weight_sum = total + number * weight, weight_sum + weight
+            if not bar and time.perf_counter() - last_line >= options.log_every:
+                last_line = time.perf_counter()
+                log(f"{description} {epoch}: batch {position}{of}, train loss so far {total / weight_sum:.4f}")
+        # None, not NaN, when every batch was skipped: the history is written as JSON
+        record: dict = {"epoch": epoch, "train_loss": total / weight_sum if weight_sum else None}
         if options.nonfinite == "skip":
             record["skipped_steps"] = skipped
             result.skipped_steps += skipped
-        improved = False
+        line = f"{description} {epoch}: train loss {total / weight_sum if weight_sum else float('nan'):.4f}"
+        line += f", {skipped} non-finite skipped" if skipped else ""
         if evaluate is not None:
             model.eval()
             with torch.no_grad():
                 evaluated = evaluate()
             metric, fields = evaluated if isinstance(evaluated, tuple) else (evaluated, {})
-            metric = float(metric)
-            improved = _better(metric, result.best_metric, options.higher_is_better)
-            if improved:
+            metric, best = float(metric), result.best_metric
+            # the first epoch is the first best; a NaN metric (an empty dev set) is never better than a number
+            if best is None or (math.isnan(best) and not math.isnan(metric)) or (
+                    metric > best if options.higher_is_better else metric < best):
                 result.best_metric, result.best_epoch, stale = metric, epoch, 0
                 best_state = copy.deepcopy(model.state_dict())
             else:
                 stale += 1
             record.update({metric_name: metric, **fields, "best_so_far": result.best_metric})
+            line += f", {metric_name} {metric:.4f} (best {result.best_metric:.4f}, epoch {result.best_epoch})"
         if epoch_record is not None:
             record.update(epoch_record(epoch))
         record["seconds"] = round(time.perf_counter() - started, 2)
         result.history.append(record)
-        line = f"{description} {epoch}: train loss {record['train_loss']:.4f}"
-        if evaluate is not None:
-            line += f", {metric_name} {metric:.4f}"
-            if not improved:
-                line += f" (best {result.best_metric:.4f}, epoch {result.best_epoch})"
-        if skipped:
-            line += f", {skipped} non-finite steps skipped"
         log(f"{line} ({record['seconds']:.1f}s)")
         if options.patience is not None and stale >= options.patience and epoch < options.max_epochs:
             result.stopped_early = True
@@ -202,34 +206,3 @@ def train_epochs(
         model.load_state_dict(best_state)
     model.eval()
     return result
-
-
-class _LogProgress:
-    """Without a terminal: a log line every ``every`` seconds (batch count, mean loss so far)."""
-
-    def __init__(self, items, epoch: int, every: float, log, description: str) -> None:
-        self.items, self.epoch, self.every, self.log, self.description = items, epoch, every, log, description
-        self.total = len(items) if hasattr(items, "__len__") else None
-        self.losses: list[float] = []
-
-    def note(self, value: float) -> None:
-        self.losses.append(value)
-
-    def __iter__(self):
-        last = time.perf_counter()
-        for count, item in enumerate(self.items, 1):
-            yield item
-            now = time.perf_counter()
-            if now - last >= self.every:
-                last = now
-                of = f"/{self.total}" if self.total is not None else ""
-                mean = sum(self.losses) / len(self.losses) if self.losses else float("nan")
-                self.log(f"{self.description} {self.epoch}: batch {count}{of}, mean loss {mean:.4f}")
-
-
-def _progress(items, epoch: int, bar: bool, every: float, log, description: str):
-    if bar:
-        from tqdm import tqdm
-
-        return tqdm(items, desc=f"{description} {epoch}", unit="batch", leave=False)
-    return _LogProgress(items, epoch, every, log, description)

@@ -24,7 +24,6 @@ representation to embed with as a spec of :mod:`elmokit.representation`), ``mode
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
@@ -39,6 +38,7 @@ import torch
 from torch import nn
 
 from elmokit.configs import config_from_dict
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ def train_classifier(
     (a ``FeatureCache``) aligned with the sentences, needed when ``use_elmo``. Returns the
     classifier and per-epoch history (loss, dev accuracy, layer weights).
     """
-    torch.manual_seed(seed)
+    seed_everything(seed)
     generator = np.random.default_rng(seed)
     labels = sorted(set(train[1]))
     label_index = {y: i for i, y in enumerate(labels)}
@@ -247,32 +247,19 @@ def train_classifier(
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     targets = torch.tensor([label_index[y] for y in train[1]], dtype=torch.long)
     sentences = train[0]
-    history, best = [], None
-    for epoch in range(1, epochs + 1):
-        model.train()
-        order = generator.permutation(len(sentences))
-        total = 0.0
-        for start in range(0, len(order), batch_size):
-            indices = order[start : start + batch_size].tolist()
-            word_ids = vocabulary.ids(sentences, indices)
-            mask = _mask(sentences, indices, word_ids.shape[1])
-            layers = train_features.batch(indices)[0] if use_elmo else None
-            loss = nn.functional.cross_entropy(model(word_ids, mask, layers), targets[indices]) + model.penalty()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(indices)
-        dev_accuracy = classifier.accuracy(dev[0], dev[1], dev_features)
-        record = {"epoch": epoch, "train_loss": total / len(sentences), "dev_accuracy": dev_accuracy,
-                  "layer_weights": model.layer_weights()}
-        history.append(record)
-        if log:
-            log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev accuracy {dev_accuracy:.2f}")
-        if best is None or dev_accuracy > best[0]:
-            best = (dev_accuracy, copy.deepcopy(model.state_dict()))
-    model.load_state_dict(best[1])
-    model.eval()
-    return classifier, history
+
+    def loss(indices):
+        word_ids = vocabulary.ids(sentences, indices)
+        mask = _mask(sentences, indices, word_ids.shape[1])
+        layers = train_features.batch(indices)[0] if use_elmo else None
+        return nn.functional.cross_entropy(model(word_ids, mask, layers), targets[indices]) + model.penalty(), len(indices)
+
+    result = train_epochs(model, optimizer, batches=lambda epoch: shuffled_batches(len(sentences), batch_size, generator),
+                          loss=loss, metric_name="dev_accuracy",
+                          evaluate=lambda: classifier.accuracy(dev[0], dev[1], dev_features),
+                          epoch_record=lambda epoch: {"layer_weights": model.layer_weights()},
+                          options=EpochOptions(max_epochs=epochs), log=log or logger.debug)
+    return classifier, result.history
 
 
 def _mask(sentences, indices, width) -> torch.Tensor:

@@ -27,9 +27,9 @@ Shapes: B batch, T subword positions, H hidden, K labels, V vocabulary.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +39,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.pretraining.tokenizers import encode_words
+
+logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 HEAD_FILE, CONFIG_FILE, BASE_DIR = "head.safetensors", "finetune.json", "model"
@@ -249,7 +252,7 @@ def finetune_classifier(
     log=None,
 ) -> FineTuned:
     """Fine-tune the transformer in ``folder`` on (sentences, labels); keep the best dev epoch."""
-    torch.manual_seed(options.seed)
+    seed_everything(options.seed)
     rng = np.random.default_rng(options.seed)
     base, tokenizer = load_base(folder)
     labels = sorted(set(train[1]))
@@ -263,28 +266,14 @@ def finetune_classifier(
     targets = torch.tensor([index[y] for y in train[1]])
     positions = _max_positions(base.config)
     result = FineTuned(model, tokenizer, labels, options, source=str(folder))
-    best = None
-    for epoch in range(1, options.epochs + 1):
-        model.train()
-        order = rng.permutation(len(train[0]))
-        running = 0.0
-        for start in range(0, len(order), options.batch_size):
-            rows = order[start: start + options.batch_size].tolist()
-            ids, mask = encode_batch(tokenizer, [train[0][i] for i in rows], positions)
-            logits, lm = model(ids, mask, lm_loss=options.aux_lm)
-            loss = combined_loss(logits, targets[rows], lm, options.aux_lm_weight)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            running += loss.item() * len(rows)
-        dev_accuracy = result.accuracy(*dev)
-        result.history.append({"epoch": epoch, "train_loss": running / len(order), "dev_accuracy": dev_accuracy})
-        if log:
-            log(f"epoch {epoch}: train loss {running / len(order):.4f}, dev accuracy {dev_accuracy:.2f}")
-        if best is None or dev_accuracy > best[0]:
-            best = (dev_accuracy, copy.deepcopy(model.state_dict()))
-    model.load_state_dict(best[1])
-    model.eval()
+
+    def loss(rows):
+        ids, mask = encode_batch(tokenizer, [train[0][i] for i in rows], positions)
+        logits, lm = model(ids, mask, lm_loss=options.aux_lm)
+        return combined_loss(logits, targets[rows], lm, options.aux_lm_weight), len(rows)
+
+    result.history = train_epochs(
+        model, optimizer, batches=lambda epoch: shuffled_batches(len(train[0]), options.batch_size, rng), loss=loss,
+        scheduler=scheduler, evaluate=lambda: result.accuracy(*dev), metric_name="dev_accuracy",
+        options=EpochOptions(max_epochs=options.epochs, grad_clip=1.0), log=log or logger.debug).history
     return result

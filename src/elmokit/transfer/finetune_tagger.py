@@ -36,13 +36,10 @@ positions, H hidden, N labels.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import math
 import os
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +48,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
+from elmokit.tasks.tagger.training import tagging_labels
 from elmokit.transfer.finetune import (
     BASE_DIR,
     HEAD_FILE,
@@ -283,56 +282,28 @@ def finetune_tagger(
         raise ValueError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
     if task not in ("ner", "pos"):
         raise ValueError(f"task {task!r}: use ner or pos")
-    for name, corpus in (("train", train), ("dev", dev)):
-        empty = [i for i, s in enumerate(corpus.sentences) if not s]
-        if empty:
-            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
-    torch.manual_seed(options.seed)
-    rng = random.Random(options.seed)
     scheme = scheme if task == "ner" else None
-    encode = bio_to_bioes if scheme == "BIOES" else list
-    labels = sorted({label for row in train.labels for label in encode(row)}, key=lambda l: (l != "O", l[2:], l))
-    unknown = sorted({label for row in dev.labels for label in encode(row)} - set(labels))
-    if unknown:
-        log(f"dev labels never seen in training (always wrong): {', '.join(unknown)}")
+    labels = tagging_labels(train, dev, scheme, log)
+    seed_everything(options.seed)
+    rng = random.Random(options.seed)
     base, tokenizer = load_base(folder)
     model = FineTunedTaggerModel(base, labels, output=output, scheme=scheme, dropout=options.dropout)
     tagger = FineTunedTagger(model, tokenizer, labels, task, scheme, output, options, source=str(folder))
     steps_per_epoch = -(-len(train) // options.batch_size)
     optimizer, scheduler = adamw_with_warmup(model, options, options.epochs * steps_per_epoch)
-    best_score, best_state, stale = -math.inf, None, 0
-    for epoch in range(1, options.epochs + 1):
-        started = time.perf_counter()
-        model.train()
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        total_loss = 0.0
-        for start in range(0, len(order), options.batch_size):
-            rows = order[start: start + options.batch_size]
-            batch = tagger.batch([train.sentences[i] for i in rows])
-            tags = tagger.tags([train.labels[i] for i in rows], batch.mask.shape[1])
-            loss = model.loss(model.emissions(batch), tags, batch.mask)
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            total_loss += loss.item() * len(rows)
+
+    def loss(rows):
+        batch = tagger.batch([train.sentences[i] for i in rows])
+        tags = tagger.tags([train.labels[i] for i in rows], batch.mask.shape[1])
+        return model.loss(model.emissions(batch), tags, batch.mask), len(rows)
+
+    def evaluate():
         dev_result = tagger.evaluate(dev)
-        dev_score = main_metric(dev_result, task)
-        record = {"epoch": epoch, "train_loss": total_loss / len(train), "dev": dev_result,
-                  "seconds": round(time.perf_counter() - started, 2), "learning_rate": scheduler.get_last_lr()[0]}
-        tagger.history.append(record)
-        name = "F1" if task == "ner" else "accuracy"
-        log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev {name} {dev_score:.4f} ({record['seconds']:.1f}s)")
-        if dev_score > best_score:
-            best_score, tagger.best_epoch, stale = dev_score, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            stale += 1
-            if patience is not None and stale >= patience:
-                log(f"early stop: no better dev {name} for {patience} epochs (best epoch {tagger.best_epoch})")
-                break
-    model.load_state_dict(best_state)
-    model.eval()
+        return main_metric(dev_result, task), {"dev": dev_result}
+
+    result = train_epochs(model, optimizer, batches=lambda epoch: shuffled_batches(len(train), options.batch_size, rng),
+                          loss=loss, scheduler=scheduler, evaluate=evaluate, metric_name="dev_score",
+                          epoch_record=lambda epoch: {"learning_rate": scheduler.get_last_lr()[0]},
+                          options=EpochOptions(max_epochs=options.epochs, patience=patience, grad_clip=1.0), log=log)
+    tagger.history, tagger.best_epoch = result.history, result.best_epoch
     return tagger

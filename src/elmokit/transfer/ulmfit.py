@@ -45,7 +45,6 @@ biLM config, sizes), ``model.safetensors`` (``forward.*`` / ``backward.*``), ``l
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
@@ -63,6 +62,7 @@ from torch import nn
 
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
+from elmokit.engine.epochs import EpochOptions, train_epochs
 from elmokit.errors import UserError
 from elmokit.nn.lstm import reverse_padded
 from elmokit.text.chars import batch_to_ids
@@ -99,15 +99,27 @@ def length_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Gener
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def _set_rates(optimizer: torch.optim.Optimizer, fraction: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = group["peak_lr"] * fraction
+class _Schedule:
+    """Adam over the layer groups (bottom first) at eq. 2's discriminative peak rates, and the hook that
+    sets every group's rate to its peak times eq. 3's fraction before each update (the loop's
+    ``on_step_start``); ``schedule="constant"`` keeps the peaks. ``options``: LM or classifier options."""
 
+    def __init__(self, groups: list[list[nn.Parameter]], lengths: Sequence[int], options) -> None:
+        rates = discriminative_rates(options.learning_rate, len(groups), options.decay)
+        self.optimizer = torch.optim.Adam([{"params": g, "lr": r, "peak_lr": r} for g, r in zip(groups, rates)],
+                                          betas=ADAM_BETAS)
+        self.steps_per_epoch = len(length_batches(lengths, options.batch_size, np.random.default_rng(0)))
+        self.total_steps = options.epochs * self.steps_per_epoch
+        self.options = options
 
-def _schedule_fraction(step: int, total: int, schedule: str, cut_frac: float, ratio: float) -> float:
-    if schedule == "stlr":
-        return slanted_triangular_fraction(step, total, cut_frac=cut_frac, ratio=ratio)
-    return 1.0  # "constant": every group at its (discriminative) peak rate
+    def set_rates(self, step: int) -> None:
+        o = self.options
+        fraction = 1.0
+        if o.schedule == "stlr":
+            fraction = slanted_triangular_fraction(min(step, self.total_steps - 1), self.total_steps,
+                                                   cut_frac=o.cut_frac, ratio=o.ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["peak_lr"] * fraction
 
 
 # ---------------------------------------------------------------------- (1) LM fine-tuning
@@ -163,34 +175,24 @@ def finetune_language_model(lm: LanguageModel, vocabulary, sentences: Sequence[S
     STLR. Returns one record per epoch (mean training loss per target)."""
     _check_sentences(sentences, "LM fine-tuning text")
     generator = np.random.default_rng([options.seed, 0x17F])
-    groups = lm_layer_groups(lm)
-    rates = discriminative_rates(options.learning_rate, len(groups), options.decay)
-    optimizer = torch.optim.Adam([{"params": g, "lr": r, "peak_lr": r} for g, r in zip(groups, rates)],
-                                 betas=ADAM_BETAS)
     lengths = [len(s) for s in sentences]
-    steps_per_epoch = len(length_batches(lengths, options.batch_size, np.random.default_rng(0)))
-    total_steps, step = options.epochs * steps_per_epoch, 0
-    history = []
-    for epoch in range(1, options.epochs + 1):
-        lm.train()
-        loss_sum, targets = 0.0, 0
-        for indices in length_batches(lengths, options.batch_size, generator):
-            _set_rates(optimizer, _schedule_fraction(step, total_steps, options.schedule, options.cut_frac, options.ratio))
-            char_ids, word_ids = lm_batch(sentences, indices, vocabulary)
-            candidates = (Candidates.draw(lm.vocab_size, options.samples, seed=options.seed, step=step)
-                          if options.samples else None)
-            out = lm(char_ids, word_ids, candidates=candidates)
-            optimizer.zero_grad()
-            out.loss.backward()
-            optimizer.step()
-            loss_sum += float(out.loss.detach()) * out.num_targets
-            targets += out.num_targets
-            step += 1
-        history.append({"epoch": epoch, "lm_train_loss": loss_sum / max(targets, 1)})
-        if log:
-            log(f"LM fine-tuning epoch {epoch}: train loss {history[-1]['lm_train_loss']:.4f}")
-    lm.eval()
-    return history
+    schedule = _Schedule(lm_layer_groups(lm), lengths, options)
+    at = [0]  # the run-wide step: the rates and the sampled negatives follow it
+
+    def start_step(step: int) -> None:
+        at[0] = step
+        schedule.set_rates(step)
+
+    def loss(indices):
+        char_ids, word_ids = lm_batch(sentences, indices, vocabulary)
+        candidates = Candidates.draw(lm.vocab_size, options.samples, seed=options.seed, step=at[0]) if options.samples else None
+        out = lm(char_ids, word_ids, candidates=candidates)
+        return out.loss, out.num_targets
+
+    result = train_epochs(lm, schedule.optimizer, batches=lambda epoch: length_batches(lengths, options.batch_size, generator),
+                          loss=loss, on_step_start=start_step, options=EpochOptions(max_epochs=options.epochs, seed=options.seed),
+                          log=log or logger.debug, description="LM fine-tuning epoch")
+    return [{"epoch": r["epoch"], "lm_train_loss": r["train_loss"], "seconds": r["seconds"]} for r in result.history]
 
 
 # ---------------------------------------------------------------------- (4) the classifier
@@ -458,63 +460,56 @@ class ClassifierTrainer:
         self.model, self.sentences, self.options = model, sentences, options
         self.targets = torch.as_tensor(list(targets), dtype=torch.long)
         self.groups = model.layer_groups()
-        rates = discriminative_rates(options.learning_rate, len(self.groups), options.decay)
-        self.optimizer = torch.optim.Adam([{"params": g, "lr": r, "peak_lr": r} for g, r in zip(self.groups, rates)],
-                                          betas=ADAM_BETAS)
         self.generator = np.random.default_rng([options.seed, 0xC1A55])
         self.lengths = [len(s) for s in sentences]
-        self.steps_per_epoch = len(length_batches(self.lengths, options.batch_size, np.random.default_rng(0)))
-        self.total_steps = options.epochs * self.steps_per_epoch
-        self.step = 0
+        self.schedule = _Schedule(self.groups, self.lengths, options)
+        self.optimizer, self.steps_per_epoch = self.schedule.optimizer, self.schedule.steps_per_epoch
+        self.step = 0  # updates so far, over every epoch run (the schedule's clock)
 
     def trainable_groups(self, epoch: int) -> int:
         """How many groups, counted from the top, train in ``epoch`` (1-based)."""
         return len(self.groups) if self.options.unfreeze == "all" else min(epoch, len(self.groups))
 
-    def run_epoch(self, epoch: int) -> float:
-        """One epoch; returns the mean training cross-entropy."""
+    def start_epoch(self, epoch: int) -> None:
+        """Gradual unfreezing: only the top ``trainable_groups(epoch)`` groups get gradients."""
         top = self.trainable_groups(epoch)
         for index, group in enumerate(self.groups):
             for parameter in group:
                 parameter.requires_grad_(index >= len(self.groups) - top)
-        self.model.train()
-        total = 0.0
-        for indices in length_batches(self.lengths, self.options.batch_size, self.generator):
-            o = self.options
-            _set_rates(self.optimizer, _schedule_fraction(min(self.step, self.total_steps - 1), self.total_steps,
-                                                          o.schedule, o.cut_frac, o.ratio))
-            logits = self.model(batch_to_ids([self.sentences[i] for i in indices]))
-            loss = F.cross_entropy(logits, self.targets[indices])
-            self.optimizer.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-            total += float(loss.detach()) * len(indices)
-            self.step += 1
-        return total / len(self.sentences)
+
+    def loss(self, indices: list[int]) -> tuple[torch.Tensor, int]:
+        self.schedule.set_rates(self.step)
+        self.step += 1
+        logits = self.model(batch_to_ids([self.sentences[i] for i in indices]))
+        return F.cross_entropy(logits, self.targets[indices]), len(indices)
+
+    def train(self, *, evaluate=None, epochs: range | None = None, log=None) -> list[dict]:
+        """Run ``epochs`` (default: all of them) on the epoch loop; per-epoch history."""
+        epochs = epochs or range(1, self.options.epochs + 1)
+        name = f"{self.model.encoder.direction} classifier epoch"
+        return train_epochs(self.model, self.optimizer, loss=self.loss,
+                            batches=lambda e: length_batches(self.lengths, self.options.batch_size, self.generator),
+                            on_epoch_start=lambda e: self.start_epoch(epochs[e - 1]),
+                            evaluate=evaluate, metric_name="dev_accuracy",
+                            epoch_record=lambda e: {"trainable_groups": self.trainable_groups(epochs[e - 1])},
+                            options=EpochOptions(max_epochs=len(epochs)), log=log or logger.debug, description=name).history
+
+    def run_epoch(self, epoch: int) -> float:
+        """One epoch alone; returns the mean training cross-entropy."""
+        return self.train(epochs=range(epoch, epoch + 1))[0]["train_loss"]
 
 
 def train_direction(model: DirectionalClassifier, train: tuple[Sequence[Sequence[str]], Sequence[int]],
                     dev: tuple[Sequence[Sequence[str]], Sequence[int]], options: ClassifierOptions, *,
                     log: Callable[[str], None] | None = None) -> list[dict]:
     """Train ``model`` in place; the epoch with the best dev accuracy is kept. Per-epoch history."""
-    trainer = ClassifierTrainer(model, train[0], train[1], options)
-    history, best = [], None
     dev_targets = torch.as_tensor(list(dev[1]))
-    for epoch in range(1, options.epochs + 1):
-        loss = trainer.run_epoch(epoch)
-        model.eval()
-        with torch.no_grad():
-            predicted = torch.cat([model(batch_to_ids(dev[0][s : s + 64])).argmax(-1) for s in range(0, len(dev[0]), 64)])
-        accuracy = 100 * float((predicted == dev_targets).float().mean())
-        record = {"epoch": epoch, "train_loss": loss, "dev_accuracy": accuracy,
-                  "trainable_groups": trainer.trainable_groups(epoch)}
-        history.append(record)
-        if log:
-            log(f"{model.encoder.direction} classifier epoch {epoch} ({record['trainable_groups']} of "
-                f"{len(trainer.groups)} groups): train loss {loss:.4f}, dev accuracy {accuracy:.2f}")
-        if best is None or accuracy > best[0]:
-            best = (accuracy, copy.deepcopy(model.state_dict()))
-    model.load_state_dict(best[1])
+
+    def accuracy() -> float:
+        predicted = torch.cat([model(batch_to_ids(dev[0][s : s + 64])).argmax(-1) for s in range(0, len(dev[0]), 64)])
+        return 100 * float((predicted == dev_targets).float().mean())
+
+    history = ClassifierTrainer(model, train[0], train[1], options).train(evaluate=accuracy, log=log)
     for parameter in model.parameters():
         parameter.requires_grad_(True)
     return history

@@ -7,21 +7,17 @@ Frozen representations are embedded once per data set into a feature cache (``el
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
-import math
 import os
 import random
-import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
+from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.features import feature_source
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes
 from elmokit.tasks.tagger.metrics import main_metric
@@ -43,6 +39,7 @@ class TrainOptions:
     grad_clip: float = 5.0
     seed: int = 0
     progress: bool | None = None  # tqdm bars (None: only on a terminal)
+    nonfinite: str = "stop"  # a NaN/inf loss stops training ("skip": that batch is skipped and counted)
 
 
 
@@ -52,6 +49,21 @@ def build_words(sentences: Sequence[Sequence[str]], lowercase: bool, min_count: 
     counts = Counter(t.lower() if lowercase else t for s in sentences for t in s)
     kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
     return [PAD, UNK] + kept
+
+
+def tagging_labels(train: TaggedCorpus, dev: TaggedCorpus, scheme: str | None, log) -> list[str]:
+    """The labels of ``train`` in ``scheme`` ("O" first, then by type), after refusing an empty sentence
+    in either set; dev labels never seen in training are logged (they are always wrong)."""
+    for name, corpus in (("train", train), ("dev", dev)):
+        empty = [i for i, s in enumerate(corpus.sentences) if not s]
+        if empty:
+            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
+    encode = bio_to_bioes if scheme == "BIOES" else list
+    labels = sorted({label for row in train.labels for label in encode(row)}, key=lambda l: (l != "O", l[2:], l))
+    unknown = sorted({label for row in dev.labels for label in encode(row)} - set(labels))
+    if unknown:
+        log(f"dev labels never seen in training (always wrong): {', '.join(unknown)}")
+    return labels
 
 
 def train_tagger(
@@ -75,24 +87,15 @@ def train_tagger(
 
 
 def _fit(train, dev, config, representation, options, cache_dir, log) -> SequenceTagger:
-    torch.manual_seed(options.seed)
+    seed_everything(options.seed)
     rng = random.Random(options.seed)
     if config.elmo != "none" and representation is None:
         raise ValueError("an ELMo tagger needs a representation (or set elmo='none')")
     if config.fine_tune and not hasattr(representation, "bilm"):
         raise ValueError(f"fine-tuning needs an ELMo model; {getattr(representation, 'name', representation)} has no biLM")
-    for name, corpus in (("train", train), ("dev", dev)):
-        empty = [i for i, s in enumerate(corpus.sentences) if not s]
-        if empty:
-            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
-
+    labels = tagging_labels(train, dev, config.scheme, log)
     words = build_words(train.sentences, config.lowercase, config.min_word_count)
-    encode = bio_to_bioes if config.scheme == "BIOES" else list
-    labels = sorted({l for row in train.labels for l in encode(row)}, key=lambda l: (l != "O", l[2:], l))
     tagger = SequenceTagger(config, words, labels, representation=representation)
-    unknown = sorted({l for row in dev.labels for l in encode(row)} - set(labels))
-    if unknown:
-        log(f"dev labels never seen in training (always wrong): {', '.join(unknown)}")
     model = tagger.model
 
     train_features = dev_features = None
@@ -113,46 +116,21 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
     parameter_groups.insert(0, {"params": task_parameters, "lr": options.learning_rate})
     optimizer = torch.optim.Adam(parameter_groups)
 
-    progress = sys.stderr.isatty() if options.progress is None else options.progress
-    best_score, best_state, best_epoch, stale = -math.inf, None, 0, 0
-    tagger.history = []
-    for epoch in range(1, options.epochs + 1):
-        started = time.perf_counter()
-        model.train()
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        batches = [order[i : i + options.batch_size] for i in range(0, len(order), options.batch_size)]
-        total_loss = 0.0
-        iterator = batches
-        if progress:
-            from tqdm import tqdm
+    def loss(indices):
+        batch = tagger._inputs(train.sentences, indices, train_features, train.labels)
+        return model.loss(tagger._emissions(batch), batch["tags"], batch["mask"]), len(indices)
 
-            iterator = tqdm(batches, desc=f"epoch {epoch}", unit="batch", leave=False)
-        for indices in iterator:
-            batch = tagger._inputs(train.sentences, indices, train_features, train.labels)
-            loss = model.loss(tagger._emissions(batch), batch["tags"], batch["mask"])
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_([p for g in parameter_groups for p in g["params"]], options.grad_clip)
-            optimizer.step()
-            total_loss += loss.item() * len(indices)
+    def evaluate():
         dev_result = tagger.evaluate(dev, features=dev_features)
-        dev_score = main_metric(dev_result, config.task)
-        record = {"epoch": epoch, "train_loss": total_loss / len(train), "dev": dev_result,
-                  "seconds": round(time.perf_counter() - started, 2), "mixing_weights": tagger.mixing_weights()}
-        tagger.history.append(record)
-        name = "F1" if config.task == "ner" else "accuracy"
-        log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev {name} {dev_score:.4f} "
-            f"({record['seconds']:.1f}s)")
-        if dev_score > best_score:
-            best_score, best_epoch, stale = dev_score, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            stale += 1
-            if stale >= options.patience:
-                log(f"early stop: no better dev {name} for {options.patience} epochs (best epoch {best_epoch})")
-                break
-    model.load_state_dict(best_state)
-    model.eval()
-    tagger.best_epoch = best_epoch
+        return main_metric(dev_result, config.task), {"dev": dev_result}
+
+    result = train_epochs(model, optimizer, batches=lambda epoch: shuffled_batches(len(train), options.batch_size, rng),
+                          loss=loss, evaluate=evaluate, metric_name="dev_score",
+                          clip_parameters=[p for g in parameter_groups for p in g["params"]],
+                          epoch_record=lambda epoch: {"mixing_weights": tagger.mixing_weights()},
+                          options=EpochOptions(max_epochs=options.epochs, patience=options.patience,
+                                               grad_clip=options.grad_clip, progress=options.progress,
+                                               nonfinite=options.nonfinite), log=log)
+    tagger.history = result.history
+    tagger.best_epoch = result.best_epoch
     return tagger
