@@ -126,3 +126,34 @@ def test_fine_tuning_learns_a_toy_pair_task(family, bert_folder, gpt2_folder):
                                    patience=8)
     assert accuracy(tuned.predict(data[0], data[1]), data[2]) >= 90
     assert result.best_metric >= 90 and len(result.history) <= 8
+
+
+def test_roberta_pair_input_doubles_the_separator_and_has_no_segments(tmp_path):
+    tokenizer = train_byte_bpe(LINES * 5, vocab_size=270, min_frequency=1, template="roberta")
+    build_model("roberta", preset("tiny", max_positions=24), vocab_size=len(tokenizer), seed=1,
+                pad_id=tokenizer.pad_token_id).save_pretrained(str(tmp_path))
+    tokenizer.save_pretrained(str(tmp_path))
+    base, tokenizer = load_base(tmp_path)
+    a = _tokens(tokenizer, encode_words(tokenizer, ["the", "dog"], add_special_tokens=False).input_ids)
+    b = _tokens(tokenizer, encode_words(tokenizer, ["a", "cat"], add_special_tokens=False).input_ids)
+    [(ids, _)] = PairInputs(tokenizer, base.config, "entailment").rows(["the", "dog"], ["a", "cat"])
+    assert _tokens(tokenizer, ids) == ["<s>", *a, "</s>", "</s>", *b, "</s>"]
+    assert not FineTunedPairModel(base, 2).uses_segments  # RoBERTa has one segment embedding: type ids are not passed
+
+
+def test_gpt_similarity_regression_fine_tunes_to_scores(gpt2_folder):
+    """STS-like: the score is 4 when both sentences name the same animal, else 1; both orders are summed."""
+    first, second, scores = [], [], []
+    for i in range(32):
+        a, b = ["dog", "cat"][i % 2], ["dog", "cat"][(i // 2) % 2]
+        first.append(["the", a, "sat"])
+        second.append(["a", b, "ran"])
+        scores.append(4.0 if a == b else 1.0)
+    mse = lambda p, g: -sum((x - y) ** 2 for x, y in zip(p, g)) / len(g)  # noqa: E731
+    tuned, result = finetune_pairs(gpt2_folder, (first, second, scores), (first, second, scores), kind="similarity",
+                                   regression=True, metric=mse, patience=12,
+                                   options=FineTuneOptions(epochs=12, batch_size=8, learning_rate=3e-3, seed=0))
+    predicted = tuned.predict(first, second)
+    assert all(isinstance(p, float) for p in predicted) and tuned.labels == []
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    assert -mse(predicted, scores) < 0.5 * float(torch.tensor(scores).var(unbiased=False))  # better than the mean

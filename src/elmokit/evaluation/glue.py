@@ -27,7 +27,6 @@ MRPC's and STS-B's labelled test files are not used, so every GLUE column is a G
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -155,11 +154,6 @@ def limit(splits: dict[str, PairData], max_train: int | None, max_eval: int | No
 
 
 # ---------------------------------------------------------------------- runs and the table
-def _finite(value: float) -> float:
-    """Early stopping compares numbers: a nan score (constant predictions) ranks below every real one."""
-    return value if math.isfinite(value) else -1e9
-
-
 def run_feature_task(rep, task: GlueTask, splits: dict[str, PairData], *, seed: int, cache_dir, log=None,
                      **train_options) -> dict:
     """Frozen features of ``rep`` into the pair model (``elmokit.tasks.pair_model``); one seed."""
@@ -174,7 +168,7 @@ def run_feature_task(rep, task: GlueTask, splits: dict[str, PairData], *, seed: 
     predictor, result = train_pair_model(
         (features["train"], splits["train"].targets), (features["dev"], splits["dev"].targets), pair=task.pair,
         regression=task.regression, num_layers=rep.num_layers, dim=rep.dim, seed=seed, log=log,
-        metric=lambda p, g: _finite(task_metrics(task, p, g)["score"]), **train_options)
+        metric=lambda p, g: task_metrics(task, p, g)["score"], **train_options)
     predicted = {split: predictor.predict(features[split], len(splits[split])) for split in ("dev", "test")}
     return {"dev": task_metrics(task, predicted["dev"], splits["dev"].targets),
             "test": task_metrics(task, predicted["test"], splits["test"].targets),
@@ -200,7 +194,7 @@ def run_finetune_task(folder, task: GlueTask, splits: dict[str, PairData], *, se
 
     tuned, result = finetune_pairs(folder, columns(splits["train"]), columns(splits["dev"]), kind=kind,
                                    regression=task.regression, options=options, patience=patience, log=log,
-                                   metric=lambda p, g: _finite(task_metrics(task, p, g)["score"]))
+                                   metric=lambda p, g: task_metrics(task, p, g)["score"])
     predicted = {split: tuned.predict(splits[split].first, splits[split].second) for split in ("dev", "test")}
     return {"dev": task_metrics(task, predicted["dev"], splits["dev"].targets),
             "test": task_metrics(task, predicted["test"], splits["test"].targets),
