@@ -143,3 +143,15 @@ def test_eval_squad_prints_em_and_f1_and_writes_the_runs(tmp_path, capsys):
     (tmp_path / "squad" / "dev-v1.1.json").write_text("{not json", encoding="utf-8")
     assert main(["eval", "squad", "--vectors", str(vectors), "--data-dir", str(tmp_path / "squad")]) == 2
     assert "not a SQuAD JSON file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_tiny_squad_run_with_the_shipped_model(tmp_path, capsys):
+    from testkit import need_shared
+
+    need_shared("data", "squad_v1.1")
+    code = main(["eval", "squad", "--model", "default", "--max-train", "64", "--max-eval", "32", "--epochs", "2",
+                 "--threads", "1", "--out", str(tmp_path / "out")])
+    assert code == 0
+    run = json.loads((tmp_path / "out" / "runs" / "elmo_default" / "squad.seed0.json").read_text(encoding="utf-8"))
+    assert run["sizes"] == {"train": 64, "dev": 32, "test": 32} and 0 <= run["test"]["f1"] <= 100
