@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.nn.scalar_mix import ScalarMix
 
 
@@ -145,8 +145,7 @@ def train_pair_model(
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
 
     def batches(epoch: int):
-        order = order_rng.permutation(len(targets))
-        return [order[s: s + batch_size].tolist() for s in range(0, len(order), batch_size)]
+        return shuffled_batches(len(targets), batch_size, order_rng)
 
     def loss(indices):
         out = model(*train[0].batch(indices))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.nn.scalar_mix import ScalarMix
 from elmokit.tasks.metrics import squad_scores
 from elmokit.tasks.squad_data import SquadData, best_span
@@ -121,8 +121,7 @@ def train_reader(train: SquadFeatures, dev: SquadFeatures, *, num_layers: int, d
     optimizer = torch.optim.Adamax(model.parameters(), lr=learning_rate)  # DrQA trains with Adamax
 
     def batches(epoch: int):
-        order = rng.permutation(usable)
-        return [order[s: s + batch_size].tolist() for s in range(0, len(order), batch_size)]
+        return [[usable[i] for i in batch] for batch in shuffled_batches(len(usable), batch_size, rng)]
 
     def loss(indices):
         start, end = model(*train.batch(indices))

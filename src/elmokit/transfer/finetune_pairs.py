@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.pretraining.tokenizers import encode_words
 from elmokit.transfer.finetune import FineTuneOptions, _is_causal, _max_positions, adamw_with_warmup, load_base
 
@@ -207,8 +207,7 @@ def finetune_pairs(
     optimizer, scheduler = adamw_with_warmup(model, options, steps)
 
     def batches(epoch: int):
-        order = rng.permutation(len(first))
-        return [order[s: s + options.batch_size].tolist() for s in range(0, len(order), options.batch_size)]
+        return shuffled_batches(len(first), options.batch_size, rng)
 
     def loss(indices):
         out, aux = model(tuned.batch(first, second, indices), lm_loss=options.aux_lm)

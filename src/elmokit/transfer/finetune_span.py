@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, train_epochs
+from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.errors import UserError
 from elmokit.pretraining.tokenizers import encode_words
 from elmokit.tasks.metrics import squad_scores
@@ -208,8 +208,7 @@ def finetune_span(folder, train: SquadData, dev: SquadData, *, options: FineTune
     optimizer, scheduler = adamw_with_warmup(model, options, steps)
 
     def batches(epoch: int):
-        order = rng.permutation(len(instances))
-        return [[instances[i] for i in order[s: s + options.batch_size]] for s in range(0, len(order), options.batch_size)]
+        return [[instances[i] for i in batch] for batch in shuffled_batches(len(instances), options.batch_size, rng)]
 
     def loss(batch):
         ids, types, mask = pad_rows([(w.input_ids, w.token_type_ids) for w, _, _ in batch], pad)
