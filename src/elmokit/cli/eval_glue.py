@@ -257,7 +257,7 @@ def run_squad(args: argparse.Namespace) -> int:
                 runs.append(run)
             table.append({"representation": row_name, "summary": summarize(per_seed)})
     text = format_squad_table(table)
-    print(f"SQuAD v1.1 ({args.recipe} recipe; test = 12 articles of the official dev set; x100; seeds {args.seeds})")
+    print(f"SQuAD v1.1 ({args.recipe} recipe; test = every 4th article; x100; seeds {args.seeds})")
     print(text)
     if args.out:
         summary = {"recipe": args.recipe, "seeds": args.seeds, "max_train": args.max_train, "max_eval": args.max_eval,
