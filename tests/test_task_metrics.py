@@ -133,3 +133,31 @@ def test_squad_scores_agree_with_the_official_script():
     assert ours["exact_match"] == pytest.approx(theirs["exact_match"], abs=1e-9)
     assert ours["f1"] == pytest.approx(theirs["f1"], abs=1e-9)
     assert 0 < ours["exact_match"] < ours["f1"] < 100  # the random answers are neither all right nor all wrong
+
+
+def test_on_the_real_dev_set_our_scores_equal_the_official_script():
+    """The SOURCE check (each question's first gold answer scores 100/100), and word-aligned predictions of
+    every question (some cut a word short of its gold answer) scored alike by both."""
+    from elmokit.tasks.squad_data import read_squad, squad_examples
+
+    official = _official_script()
+    articles = read_squad(need_shared("data", "squad_v1.1", "dev-v1.1.json.xz"))
+    data = squad_examples(articles)
+    gold = data.gold()
+    assert len(gold) == 10570
+    assert squad_scores({qid: answers[0] for qid, answers in gold.items()}, gold) == {"exact_match": 100.0, "f1": 100.0}
+    # predictions: the gold span grown by one word on the right for every third question
+    predictions = {}
+    for i, q in enumerate(data.questions):
+        paragraph = data.paragraphs[q.paragraph]
+        end = min(q.span[1] + (i % 3 == 0), len(paragraph.words) - 1)
+        predictions[q.id] = paragraph.text(q.span[0], end)
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        theirs = official.evaluate(articles, predictions)
+    ours = squad_scores(predictions, gold)
+    assert ours["exact_match"] == pytest.approx(theirs["exact_match"], abs=1e-9)
+    assert ours["f1"] == pytest.approx(theirs["f1"], abs=1e-9)
+    assert 60 < ours["exact_match"] < ours["f1"] < 99  # neither all right nor all wrong
