@@ -168,14 +168,21 @@ class FineTunedPairs:
     labels: list[str]
     pad_id: int
 
-    def batch(self, first, second, indices) -> list[tuple[torch.Tensor, ...]]:
-        rows = [self.inputs.rows(first[i], None if second is None else second[i]) for i in indices]
+    def encode(self, first, second) -> list[list[tuple[list[int], list[int]]]]:
+        """The input sequences of every example (``PairInputs.rows``), computed once per data set."""
+        return [self.inputs.rows(first[i], None if second is None else second[i]) for i in range(len(first))]
+
+    def batch(self, encoded, indices) -> list[tuple[torch.Tensor, ...]]:
+        """One padded (ids, types, mask) triple per input sequence of the examples ``indices`` of ``encoded``."""
+        rows = [encoded[i] for i in indices]
         return [pad_rows([r[k] for r in rows], self.pad_id) for k in range(len(rows[0]))]
 
     @torch.no_grad()
-    def predict(self, first, second, *, batch_size: int = 32) -> list:
+    def predict(self, first, second, *, batch_size: int = 32, encoded=None) -> list:
+        """Label names, or scores for a regression; ``encoded``: ``encode(first, second)`` when already done."""
         self.model.eval()
-        out = [self.model(self.batch(first, second, range(s, min(s + batch_size, len(first)))))[0]
+        encoded = encoded if encoded is not None else self.encode(first, second)
+        out = [self.model(self.batch(encoded, range(s, min(s + batch_size, len(first)))))[0]
                for s in range(0, len(first), batch_size)]
         out = torch.cat(out) if out else torch.zeros(0, self.model.output.out_features)
         return out[:, 0].tolist() if not self.labels else [self.labels[i] for i in out.argmax(1).tolist()]
@@ -206,17 +213,19 @@ def finetune_pairs(
     steps = options.epochs * -(-len(first) // options.batch_size)
     optimizer, scheduler = adamw_with_warmup(model, options, steps)
 
+    train_encoded, dev_encoded = tuned.encode(first, second), tuned.encode(dev[0], dev[1])
+
     def batches(epoch: int):
         return shuffled_batches(len(first), options.batch_size, rng)
 
     def loss(indices):
-        out, aux = model(tuned.batch(first, second, indices), lm_loss=options.aux_lm)
+        out, aux = model(tuned.batch(train_encoded, indices), lm_loss=options.aux_lm)
         task = (nn.functional.mse_loss(out[:, 0], gold[indices]) if regression
                 else nn.functional.cross_entropy(out, gold[indices]))
         return (task if aux is None else task + options.aux_lm_weight * aux), len(indices)
 
     def evaluate():
-        return metric(tuned.predict(dev[0], dev[1]), list(dev[2]))
+        return metric(tuned.predict(dev[0], dev[1], encoded=dev_encoded), list(dev[2]))
 
     result = train_epochs(model, optimizer, batches=batches, loss=loss, evaluate=evaluate, scheduler=scheduler,
                           options=EpochOptions(max_epochs=options.epochs, patience=patience, grad_clip=1.0),
