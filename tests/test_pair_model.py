@@ -133,3 +133,12 @@ def test_the_real_splits_have_the_documented_sizes():
     assert sizes["cola"] == {"train": 7696, "dev": 855, "test": 1043}
     assert sizes["rte"] == {"train": 2241, "dev": 249, "test": 277}
     assert sizes["wnli"]["test"] == 71 and sizes["wnli"]["train"] + sizes["wnli"]["dev"] == 635
+
+
+def test_every_parameter_of_the_pair_model_gets_a_gradient():
+    rep = FakeRepresentation()
+    model = PairModel(PairModelConfig(num_outputs=2, pair=True, num_layers=L, dim=D, hidden_dim=3, mlp_dim=5))
+    features = _features(rep, [["a", "dog"], ["the", "big", "cat"]], [["cat"], ["a", "dog", "runs"]])
+    (model(*features.batch([0, 1])).sum() + model.penalty()).backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []

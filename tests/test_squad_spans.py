@@ -123,3 +123,24 @@ def test_the_reader_learns_a_toy_reading_task():
     scores = squad_scores(reader.predict(_features(rep, dev)), dev.gold())
     assert scores["exact_match"] >= 80, result.history
     assert result.best_metric == max(h["dev_f1"] for h in result.history)
+
+
+def test_every_reader_parameter_learns_and_a_question_reads_the_same_alone_as_in_a_batch():
+    from elmokit.tasks.span_reader import DocumentReader
+
+    rep, rng = FakeRepresentation(), np.random.default_rng(1)
+    data = _toy_squad(5, rng)
+    features = _features(rep, data)
+    model = DocumentReader(2, 6, hidden_dim=5, dropout=0.0)
+    start, end = model(*features.batch(range(5)))
+    gold = torch.tensor([q.span for q in data.questions])
+    (torch.nn.functional.cross_entropy(start, gold[:, 0]) + torch.nn.functional.cross_entropy(end, gold[:, 1])
+     + model.penalty()).backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []
+    model.eval()
+    with torch.no_grad():
+        batch_start, _ = model(*features.batch([0, 3, 4]))
+        alone, _ = model(*features.batch([3]))
+    n = len(data.paragraphs[data.questions[3].paragraph].words)
+    torch.testing.assert_close(batch_start[1, :n], alone[0, :n], rtol=1e-5, atol=1e-6)
