@@ -111,6 +111,9 @@ def test_eval_glue_finetune_recipe_on_a_tiny_bert_folder(tmp_path, capsys):
     run = json.loads((tmp_path / "out" / "runs" / "finetune_bert" / "rte.seed0.json").read_text(encoding="utf-8"))
     assert run["input"] == "bert" and run["input_kind"] == "entailment" and run["recipe"] == "finetune"
     assert run["epochs_run"] == 1 and 0 <= run["test"]["accuracy"] <= 100
+    assert main(["eval", "glue", "--recipe", "finetune", "--aux-lm", "--model", str(folder), "--tasks", "rte",
+                 "--data-dir", str(tmp_path)]) == 2  # GPT's auxiliary LM loss on an encoder: refused in one line
+    assert "needs a left-to-right model; bert is an encoder" in capsys.readouterr().err
     _squad_file(tmp_path / "squad")  # the same folder through BERT's span head
     assert main(["eval", "squad", "--recipe", "finetune", "--model", str(folder), "--epochs", "1",
                  "--data-dir", str(tmp_path / "squad"), "--threads", "1"]) == 0

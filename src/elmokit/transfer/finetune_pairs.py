@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
+from elmokit.errors import UserError
 from elmokit.pretraining.tokenizers import encode_words
 from elmokit.transfer.finetune import FineTuneOptions, _is_causal, _max_positions, adamw_with_warmup, load_base
 
@@ -80,7 +81,8 @@ class PairInputs:
                                                                                         GPT_EXTRACT])
         else:
             if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-                raise ValueError("an encoder's tokenizer needs a CLS and a SEP token (BERT's [CLS], [SEP])")
+                raise UserError("an encoder's tokenizer needs a CLS and a SEP token (BERT's [CLS], [SEP]); this folder's "
+                                "has none")
             self.cls, self.sep = tokenizer.cls_token_id, tokenizer.sep_token_id
 
     def rows(self, first: Sequence[str], second: Sequence[str] | None) -> list[tuple[list[int], list[int]]]:
@@ -202,7 +204,8 @@ def finetune_pairs(
     if _is_causal(base.config):
         add_gpt_task_tokens(base, tokenizer)
     elif options.aux_lm:
-        raise ValueError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model")
+        raise UserError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model; "
+                        f"{base.config.model_type} is an encoder (drop --aux-lm)")
     first, second, targets = train
     labels = [] if regression else sorted(set(targets), key=str)
     gold = (torch.tensor([float(t) for t in targets]) if regression
