@@ -67,6 +67,16 @@ def test_eval_glue_prints_the_table_and_writes_one_json_per_run(tmp_path, capsys
     assert row[1].startswith(f"{np.mean(rte):.1f}±")
 
 
+def test_eval_glue_esim_applies_to_the_pair_tasks(tmp_path, capsys):
+    vectors = _data(tmp_path)
+    out = tmp_path / "out"
+    assert main(["eval", "glue", "--vectors", str(vectors), "--tasks", "rte,cola", "--architecture", "esim", "--epochs", "1",
+                 "--hidden-dim", "3", "--data-dir", str(tmp_path), "--out", str(out), "--threads", "1"]) == 0
+    assert "feature recipe, esim" in capsys.readouterr().out
+    model = {task: json.loads((out / "runs" / "vectors" / f"{task}.seed0.json").read_text())["model"] for task in ("rte", "cola")}
+    assert model["rte"]["architecture"] == "esim" and model["cola"]["architecture"] == "infersent"
+
+
 def test_eval_glue_reports_a_bad_row_as_file_and_line(tmp_path, capsys):
     vectors = _data(tmp_path)
     path = tmp_path / "glue" / "rte" / "train.tsv"

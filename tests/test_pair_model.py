@@ -142,3 +142,56 @@ def test_every_parameter_of_the_pair_model_gets_a_gradient():
     (model(*features.batch([0, 1])).sum() + model.penalty()).backward()
     missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert missing == []
+
+
+def _esim_by_hand(model, a_layers, b_layers):
+    """ESIM on one unpadded pair, re-stated in numpy from the model's own BiLSTM states (eqs. 11-18 of Chen et al.)."""
+    with torch.no_grad():
+        a = model.words(a_layers, torch.ones(1, a_layers.shape[2], dtype=torch.bool))[0].numpy()
+        b = model.words(b_layers, torch.ones(1, b_layers.shape[2], dtype=torch.bool))[0].numpy()
+    e = a @ b.T
+
+    def softmax(x, axis):
+        x = np.exp(x - x.max(axis=axis, keepdims=True))
+        return x / x.sum(axis=axis, keepdims=True)
+
+    a_tilde, b_tilde = softmax(e, 1) @ b, softmax(e, 0).T @ a
+    pooled = []
+    with torch.no_grad():
+        for x, x_tilde in ((a, a_tilde), (b, b_tilde)):
+            enhanced = torch.from_numpy(np.concatenate([x, x_tilde, x - x_tilde, x * x_tilde], axis=1)).float()
+            composed = model.composition(model.projection(enhanced)[None])[0][0].numpy()
+            pooled += [composed.mean(0), composed.max(0)]
+        return model.classifier(torch.from_numpy(np.concatenate(pooled)).float()[None])[0]
+
+
+def test_esim_matches_a_re_statement_pair_by_pair_inside_a_padded_batch():
+    rep = FakeRepresentation()
+    first = [["a", "dog", "runs"], ["cats", "sleep", "all", "day", "long"], ["hi"]]
+    second = [["the", "dog"], ["cats"], ["hello", "there", "you", "all"]]
+    model = PairModel(PairModelConfig(num_outputs=3, pair=True, num_layers=L, dim=D, hidden_dim=4, mlp_dim=6,
+                                      architecture="esim")).eval()
+    with torch.no_grad():
+        out = model(*_features(rep, first, second).batch([0, 1, 2]))
+    for i in range(3):
+        a_layers = InMemoryFeatures(rep.embed([first[i]])).batch([0])[0]
+        b_layers = InMemoryFeatures(rep.embed([second[i]])).batch([0])[0]
+        torch.testing.assert_close(out[i], _esim_by_hand(model, a_layers, b_layers), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="ESIM aligns two sentences"):
+        PairModelConfig(num_outputs=2, pair=False, num_layers=L, dim=D, architecture="esim")
+
+
+def test_esim_learns_the_toy_pair_task_and_every_parameter_learns():
+    rep = FakeRepresentation()
+    rng = np.random.default_rng(0)
+    train, dev = _toy(96, rng), _toy(30, rng)
+    task = TASKS["rte"]
+    predictor, _ = train_pair_model(
+        (_features(rep, *train[:2]), train[2]), (_features(rep, *dev[:2]), dev[2]), pair=True, num_layers=L, dim=D,
+        metric=lambda p, g: task_metrics(task, p, g)["score"], max_epochs=25, patience=25, batch_size=8,
+        learning_rate=1e-2, hidden_dim=8, mlp_dim=16, dropout=0.0, architecture="esim")
+    assert task_metrics(task, predictor.predict(_features(rep, *dev[:2]), 30), dev[2])["accuracy"] >= 90
+    model = PairModel(PairModelConfig(num_outputs=2, pair=True, num_layers=L, dim=D, hidden_dim=3, mlp_dim=5,
+                                      architecture="esim"))
+    model(*_features(rep, *[x[:4] for x in train[:2]]).batch(range(4))).sum().backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0] == []

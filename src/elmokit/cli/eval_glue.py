@@ -87,6 +87,9 @@ def register_glue(sub) -> None:
                 out_name="TASK")
     p.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated, from: {', '.join(TASKS)} "
                    "(default: all)")
+    p.add_argument("--architecture", choices=("infersent", "esim"), default="infersent",
+                   help="feature: the pair model, InferSent's [u; v; |u-v|; u*v] of max-pooled BiLSTM states (default) "
+                   "or ESIM's soft alignment of the two sentences' words (pair tasks; single sentences use InferSent's)")
     p.add_argument("--mlp-dim", type=positive_int, default=128, help="feature: hidden layer of the classifier "
                    "(default: %(default)s)")
     p.add_argument("--aux-lm", action="store_true", help="finetune, GPT-type models: add GPT's auxiliary LM loss "
@@ -178,6 +181,8 @@ def run_glue(args: argparse.Namespace) -> int:
         raise UserError(f"--tasks {args.tasks!r}: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(TASKS)}")
     if args.aux_lm and args.recipe != "finetune":
         raise UserError("--aux-lm applies to --recipe finetune")
+    if args.architecture != "infersent" and args.recipe != "feature":
+        raise UserError("--architecture applies to --recipe feature")
     if args.out:
         check_output(args.out, command="eval glue")  # refuse a bad --out before hours of training
     epochs, patience, lr = _settings(args)
@@ -197,7 +202,7 @@ def run_glue(args: argparse.Namespace) -> int:
                         run = run_feature_task(target, task, splits[name], seed=seed, cache_dir=cache_dir, log=log,
                                                max_epochs=epochs, patience=patience, batch_size=args.batch_size,
                                                learning_rate=lr, hidden_dim=args.hidden_dim or 64, mlp_dim=args.mlp_dim,
-                                               dropout=args.dropout)
+                                               dropout=args.dropout, architecture=args.architecture)
                     else:
                         options = FineTuneOptions(epochs=epochs, batch_size=args.batch_size, learning_rate=lr,
                                                   dropout=args.dropout, aux_lm=args.aux_lm)
@@ -210,10 +215,12 @@ def run_glue(args: argparse.Namespace) -> int:
                 summaries[name] = summarize(per_seed)
             table.append({"representation": row_name, "tasks": summaries})
     text = format_table(table, tasks)
-    print(f"GLUE-style table ({args.recipe} recipe; test = GLUE dev, SICK test; x100; seeds {args.seeds})")
+    how = f"feature recipe, {args.architecture}" if args.recipe == "feature" else "finetune recipe"
+    print(f"GLUE-style table ({how}; test = GLUE dev, SICK test; x100; seeds {args.seeds})")
     print(text)
     if args.out:
-        summary = {"recipe": args.recipe, "tasks": tasks, "seeds": args.seeds, "max_train": args.max_train,
+        summary = {"recipe": args.recipe, "architecture": args.architecture if args.recipe == "feature" else None,
+                   "tasks": tasks, "seeds": args.seeds, "max_train": args.max_train,
                    "max_eval": args.max_eval, "rows": table}
         _write(args.out, "eval glue", runs, lambda run: f"{run['task']}.seed{run['seed']}.json", summary, text, args)
     return 0

@@ -155,8 +155,9 @@ def limit(splits: dict[str, PairData], max_train: int | None, max_eval: int | No
 
 # ---------------------------------------------------------------------- runs and the table
 def run_feature_task(rep, task: GlueTask, splits: dict[str, PairData], *, seed: int, cache_dir, log=None,
-                     **train_options) -> dict:
-    """Frozen features of ``rep`` into the pair model (``elmokit.tasks.pair_model``); one seed."""
+                     architecture: str = "infersent", **train_options) -> dict:
+    """Frozen features of ``rep`` into the pair model (``elmokit.tasks.pair_model``); one seed.
+    ``architecture="esim"`` applies to the pair tasks; single-sentence tasks always use InferSent's encoder."""
     from elmokit.features import feature_source
     from elmokit.tasks.pair_model import PairFeatures, train_pair_model
 
@@ -168,6 +169,7 @@ def run_feature_task(rep, task: GlueTask, splits: dict[str, PairData], *, seed: 
     predictor, result = train_pair_model(
         (features["train"], splits["train"].targets), (features["dev"], splits["dev"].targets), pair=task.pair,
         regression=task.regression, num_layers=rep.num_layers, dim=rep.dim, seed=seed, log=log,
+        architecture=architecture if task.pair else "infersent",
         metric=lambda p, g: task_metrics(task, p, g)["score"], **train_options)
     predicted = {split: predictor.predict(features[split], len(splits[split])) for split in ("dev", "test")}
     return {"dev": task_metrics(task, predicted["dev"], splits["dev"].targets),

@@ -1,4 +1,5 @@
-"""The sentence-pair model on frozen features: InferSent's encoder and classifier (Conneau et al. 2017).
+"""The sentence-pair models on frozen features: InferSent's (Conneau et al. 2017), the default, and ESIM's
+(Chen et al. 2017) for pairs.
 
 Legend: B batch, T tokens, L layers, D representation dim, H LSTM hidden size, M MLP size, K outputs.
 
@@ -8,6 +9,13 @@ Legend: B batch, T tokens, L layers, D representation dim, H LSTM hidden size, M
     pair:   [u; v; |u - v|; u * v]                      (InferSent §3.2)              (B, 8H)
     single: u                                                                         (B, 2H)
     dropout -> linear -> tanh -> dropout -> linear                                    (B, K)
+
+``architecture="esim"`` (pairs only) replaces the pooled sentence vectors by ESIM's soft alignment:
+
+    a, b = BiLSTM of each sentence's words                                           (B, Ta, 2H), (B, Tb, 2H)
+    e_ij = a_i . b_j;  a~_i = sum_j softmax_j(e_ij) b_j,  b~_j = sum_i softmax_i(e_ij) a_i   (eqs. 11-13)
+    m_a = [a; a~; a - a~; a * a~] -> linear -> ReLU -> BiLSTM (composition), same for b    (eq. 14-18)
+    [mean(m_a); max(m_a); mean(m_b); max(m_b)] -> the classifier above                      (B, 8H)
 
 One encoder reads both sentences (shared weights). Classification tasks are trained with
 cross-entropy, similarity scores (STS-B, SICK-R) by regression (K = 1, mean squared error) -- a
@@ -33,6 +41,8 @@ from torch import nn
 from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.nn.scalar_mix import ScalarMix
 
+ARCHITECTURES = ("infersent", "esim")
+
 
 @dataclass(frozen=True, kw_only=True)
 class PairModelConfig:
@@ -44,6 +54,13 @@ class PairModelConfig:
     mlp_dim: int = 128
     dropout: float = 0.1
     mix_l2: float = 0.001
+    architecture: str = "infersent"  # or "esim" (pairs only)
+
+    def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"architecture {self.architecture!r}: use one of {', '.join(ARCHITECTURES)}")
+        if self.architecture == "esim" and not self.pair:
+            raise ValueError("ESIM aligns two sentences: a single-sentence task uses architecture='infersent'")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -57,21 +74,47 @@ class PairModel(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = nn.LSTM(config.dim, config.hidden_dim, batch_first=True, bidirectional=True)
         features = (8 if config.pair else 2) * config.hidden_dim
+        if config.architecture == "esim":
+            self.projection = nn.Sequential(nn.Linear(8 * config.hidden_dim, config.hidden_dim), nn.ReLU())
+            self.composition = nn.LSTM(config.hidden_dim, config.hidden_dim, batch_first=True, bidirectional=True)
         self.classifier = nn.Sequential(nn.Dropout(config.dropout), nn.Linear(features, config.mlp_dim), nn.Tanh(),
                                         nn.Dropout(config.dropout), nn.Linear(config.mlp_dim, config.num_outputs))
 
+    @staticmethod
+    def _run(rnn: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        lengths = mask.sum(dim=1).clamp_min(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+        encoded, _ = rnn(packed)
+        return nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=mask.shape[1])[0]
+
+    def words(self, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """layers (B, L, T, D), mask (B, T) bool -> the BiLSTM states of the words (B, T, 2H)."""
+        mixed = self.dropout(self.scalar_mix(layers.transpose(0, 1), mask))  # (B, T, D), eq. 1
+        return self._run(self.encoder, mixed, mask)
+
     def encode(self, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """layers (B, L, T, D), mask (B, T) bool -> the max-pooled sentence vector (B, 2H)."""
-        mixed = self.dropout(self.scalar_mix(layers.transpose(0, 1), mask))  # (B, T, D), eq. 1
-        lengths = mask.sum(dim=1).clamp_min(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(mixed, lengths, batch_first=True, enforce_sorted=False)
-        encoded, _ = self.encoder(packed)
-        encoded, _ = nn.utils.rnn.pad_packed_sequence(encoded, batch_first=True, total_length=mask.shape[1])
-        return encoded.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values
+        return _max(self.words(layers, mask), mask)
+
+    def _esim(self, first, second) -> torch.Tensor:
+        (a_layers, a_mask), (b_layers, b_mask) = first, second
+        a, b = self.words(a_layers, a_mask), self.words(b_layers, b_mask)  # (B, Ta, 2H), (B, Tb, 2H)
+        e = a @ b.transpose(1, 2)  # (B, Ta, Tb)
+        a_tilde = torch.softmax(e.masked_fill(~b_mask.unsqueeze(1), float("-inf")), dim=2) @ b  # (B, Ta, 2H)
+        b_tilde = torch.softmax(e.masked_fill(~a_mask.unsqueeze(2), float("-inf")), dim=1).transpose(1, 2) @ a
+        pooled = []
+        for x, x_tilde, mask in ((a, a_tilde, a_mask), (b, b_tilde, b_mask)):
+            enhanced = torch.cat([x, x_tilde, x - x_tilde, x * x_tilde], dim=-1)  # (B, T, 8H)
+            composed = self._run(self.composition, self.dropout(self.projection(enhanced)), mask)  # (B, T, 2H)
+            keep = mask.unsqueeze(-1)
+            pooled += [(composed * keep).sum(1) / keep.sum(1).clamp_min(1), _max(composed, mask)]
+        return self.classifier(torch.cat(pooled, dim=-1))  # (B, K) from (B, 8H)
 
     def forward(self, first: tuple[torch.Tensor, torch.Tensor],
                 second: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """(layers, mask) of the first sentences (and of the second) -> (B, K)."""
+        if self.config.architecture == "esim":
+            return self._esim(first, second)
         u = self.encode(*first)
         if not self.config.pair:
             return self.classifier(u)
@@ -84,6 +127,11 @@ class PairModel(nn.Module):
     def layer_weights(self) -> dict:
         return {"weights": [float(w) for w in self.scalar_mix.weights().detach()],
                 "gamma": float(self.scalar_mix.gamma.detach())}
+
+
+def _max(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Max over the real positions: (B, T, F), (B, T) -> (B, F)."""
+    return states.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values
 
 
 @dataclass
