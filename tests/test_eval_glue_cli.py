@@ -77,6 +77,19 @@ def test_eval_glue_esim_applies_to_the_pair_tasks(tmp_path, capsys):
     assert model["rte"]["architecture"] == "esim" and model["cola"]["architecture"] == "infersent"
 
 
+def test_rows_with_the_same_name_are_kept_apart(tmp_path, capsys):
+    vectors = _data(tmp_path)
+    other = tmp_path / "elsewhere" / "vectors.txt"  # another table with the same file name
+    other.parent.mkdir()
+    other.write_text(vectors.read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["eval", "glue", "--vectors", str(vectors), "--vectors", str(other), "--tasks", "cola", "--epochs", "1",
+                 "--hidden-dim", "3", "--data-dir", str(tmp_path), "--out", str(out), "--threads", "1"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[-2:]]
+    assert rows == ["vectors", "vectors#2"]
+    assert sorted(p.parent.name for p in (out / "runs").rglob("*.json")) == ["vectors", "vectors_2"]
+
+
 def test_eval_glue_reports_a_bad_row_as_file_and_line(tmp_path, capsys):
     vectors = _data(tmp_path)
     path = tmp_path / "glue" / "rte" / "train.tsv"

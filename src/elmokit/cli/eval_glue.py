@@ -162,10 +162,23 @@ def _rows(args) -> list[tuple[str, object]]:
             if not is_transformer_folder(folder):
                 raise UserError(f"--model {folder}: not a transformers model folder (config.json with model_type); "
                                 "--recipe finetune needs one (or use --recipe feature)")
-        return [(f"finetune:{Path(folder).resolve().name}", str(Path(folder).resolve())) for folder in models]
+        paths = [Path(folder).resolve() for folder in models]
+        # `elmokit pretrain` writes RUN/model/: name such a folder by its run
+        names = [f"finetune:{p.parent.name}/{p.name}" if p.name == "model" else f"finetune:{p.name}" for p in paths]
+        return list(zip(_distinct(names), map(str, paths)))
     specs = [spec_from_flags(model=m) for m in models] + [spec_from_flags(vectors=v) for v in args.vectors]
     reps = [load_representation(spec) for spec in specs]
-    return [(rep.name, rep) for rep in reps]
+    return list(zip(_distinct([rep.name for rep in reps]), reps))
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """Row names as given, a repeated one numbered (#2, #3, ...) so that rows and their run files stay apart."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return out
 
 
 def run_glue(args: argparse.Namespace) -> int:
