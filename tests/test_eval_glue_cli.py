@@ -102,6 +102,8 @@ def test_eval_glue_reports_a_bad_row_as_file_and_line(tmp_path, capsys):
     assert "unknown qqp" in capsys.readouterr().err
     assert main(["eval", "glue", "--vectors", str(vectors), "--recipe", "finetune", "--data-dir", str(tmp_path)]) == 2
     assert "transformer folders" in capsys.readouterr().err
+    assert main(["eval", "glue", "--vectors", str(vectors), "--seeds", "1,1", "--data-dir", str(tmp_path)]) == 2
+    assert "a seed is repeated" in capsys.readouterr().err
 
 
 @pytest.mark.slow

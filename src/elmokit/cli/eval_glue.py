@@ -125,6 +125,8 @@ def _run(command: str, func, args: argparse.Namespace) -> int:
 
 def _settings(args) -> tuple[int, int | None, float]:
     """(epochs, patience, learning rate) of the flags, the recipe's defaults where not given."""
+    if len(set(args.seeds)) != len(args.seeds):
+        raise UserError(f"--seeds {','.join(map(str, args.seeds))}: a seed is repeated; give each seed once")
     defaults = RECIPE_DEFAULTS[args.recipe]
     patience = args.patience if args.patience is not None else defaults["patience"]
     return args.epochs or defaults["epochs"], patience, args.lr or defaults["lr"]
