@@ -34,6 +34,7 @@ from elmokit.cli.arguments import (
     tagger_train_options,
 )
 from elmokit.cli.common import add_threads_argument, non_negative_float, non_negative_int, number_list, positive_int
+from elmokit.cli.eval_glue import register_glue, register_squad
 
 
 def register(subparsers) -> None:
@@ -46,6 +47,8 @@ def register(subparsers) -> None:
     _register_probe(sub)
     _register_wsd(sub)
     _register_sst(sub)
+    register_glue(sub)
+    register_squad(sub)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
