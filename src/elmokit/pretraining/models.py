@@ -23,6 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
+from elmokit.pretraining.permutation import xlnet_config
+from elmokit.pretraining.seq2seq import mass_config
+from elmokit.pretraining.unilm import unilm_config
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelPreset:
@@ -85,20 +89,14 @@ def _distilbert_config(p: ModelPreset, vocab_size: int, ids: dict):
 
 
 def _xlnet_config(p: ModelPreset, vocab_size: int, ids: dict):
-    from elmokit.pretraining.permutation import xlnet_config
-
     return xlnet_config(p, vocab_size, ids)
 
 
 def _unilm_config(p: ModelPreset, vocab_size: int, ids: dict):
-    from elmokit.pretraining.unilm import unilm_config
-
     return unilm_config(p, vocab_size, ids)
 
 
 def _mass_config(p: ModelPreset, vocab_size: int, ids: dict):
-    from elmokit.pretraining.seq2seq import mass_config
-
     return mass_config(p, vocab_size, ids)
 
 

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from elmokit.configs import config_from_dict
+from elmokit.io import atomic_directory
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -180,8 +181,6 @@ class Classifier:
     def save(self, directory: str | os.PathLike) -> None:
         """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed."""
         from safetensors.torch import save_file
-
-        from elmokit.io import atomic_directory
 
         directory = Path(directory)
         with atomic_directory(directory) as staging:

@@ -46,6 +46,7 @@ from torch import nn
 
 from elmokit.configs import config_from_dict
 from elmokit.errors import UserError
+from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
 
 FORMAT_VERSION = 1
@@ -280,8 +281,6 @@ def save_cove_model(directory: str | os.PathLike, model: CoveModel, source_words
                     target_words: Sequence[str], *, card: str = "") -> Path:
     """Write a model folder (see the module doc) under a temporary name, renamed at the end."""
     from safetensors.torch import save_file
-
-    from elmokit.io import atomic_directory
 
     directory = Path(directory)
     with atomic_directory(directory) as staging:

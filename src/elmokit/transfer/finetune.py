@@ -39,7 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.pretraining.tokenizers import encode_words
+from elmokit.io import atomic_directory
+from elmokit.text.subword_tokenizers import encode_words
 
 FORMAT_VERSION = 1
 HEAD_FILE, CONFIG_FILE, BASE_DIR = "head.safetensors", "finetune.json", "model"
@@ -154,8 +155,6 @@ def save_finetuned_folder(directory: str | os.PathLike, model: nn.Module, tokeni
     """A fine-tuned folder, atomically: ``model/`` (``model.base`` and the tokenizer, save_pretrained),
     ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``."""
     from safetensors.torch import save_file
-
-    from elmokit.io import atomic_directory
 
     directory = Path(directory)
     with atomic_directory(directory) as staging:

@@ -51,10 +51,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
+from elmokit.text.subword_tokenizers import WordEncoding, encode_words
 from elmokit.transfer.finetune import (
     BASE_DIR,
     HEAD_FILE,

@@ -64,6 +64,7 @@ from torch import nn
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
 from elmokit.errors import UserError
+from elmokit.io import atomic_directory
 from elmokit.nn.lstm import reverse_padded
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.lm import Candidates, LanguageModel, rows
@@ -377,8 +378,6 @@ class ULMFiTClassifier:
     def save(self, directory: str | os.PathLike) -> None:
         """config.json + model.safetensors + labels.json, written to a staging folder and renamed."""
         from safetensors.torch import save_file
-
-        from elmokit.io import atomic_directory
 
         state = {f"{d}.{k}": v.detach().cpu().contiguous() for d, m in self.models.items() for k, v in m.state_dict().items()}
         with atomic_directory(Path(directory)) as staging:

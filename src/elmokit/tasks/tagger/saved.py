@@ -20,11 +20,13 @@ import torch
 
 from elmokit.errors import UserError
 from elmokit.features import pad_features
+from elmokit.formats import load_bilm, save_native
 from elmokit.io import atomic_directory
 from elmokit.representation import RepresentationError, load_representation
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import score
 from elmokit.tasks.tagger.model import UNK, TaggerConfig, TaggerModel
+from elmokit.text.chars import batch_to_ids
 
 CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME, METRICS_NAME, BILM_DIR = (
     "config.json", "model.safetensors", "vocab.json", "metrics.json", "bilm")
@@ -76,8 +78,6 @@ class SequenceTagger:
         batch = {"word_ids": word_ids, "mask": mask}
         if self.config.elmo != "none":
             if self.model.bilm is not None:
-                from elmokit.text.chars import batch_to_ids
-
                 batch["char_ids"] = batch_to_ids(chosen)
             else:
                 if features is not None:
@@ -148,8 +148,6 @@ class SequenceTagger:
                        "history": self.history}
             (tmp / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
             if self.model.bilm is not None:
-                from elmokit.formats import save_native
-
                 save_native(self.model.bilm, tmp / BILM_DIR)
         return directory
 
@@ -169,8 +167,6 @@ class SequenceTagger:
             raise TaggerFolderError(f"{directory}: {error}") from None
         tagger = cls(config, vocab["words"], vocab["labels"])
         if config.fine_tune:
-            from elmokit.formats import load_bilm
-
             tagger.model.bilm = load_bilm(directory / BILM_DIR)
             tagger.model.bilm.disable_token_cache()
         elif config.elmo != "none":

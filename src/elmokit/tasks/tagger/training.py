@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
+from elmokit.bilm import BiLM
 from elmokit.features import feature_source
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes
 from elmokit.tasks.tagger.metrics import main_metric
@@ -98,8 +100,6 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
     train_features = dev_features = None
     parameter_groups = []
     if config.fine_tune:
-        from elmokit.bilm import BiLM
-
         source = representation.bilm  # a fresh fp32 copy without the query object's token cache
         bilm = BiLM.from_state(source.config, source.numpy_state())
         for parameter in bilm.parameters():
@@ -125,8 +125,6 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
         total_loss = 0.0
         iterator = batches
         if progress:
-            from tqdm import tqdm
-
             iterator = tqdm(batches, desc=f"epoch {epoch}", unit="batch", leave=False)
         for indices in iterator:
             batch = tagger._inputs(train.sentences, indices, train_features, train.labels)
