@@ -52,7 +52,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from elmokit.errors import UserError
-from elmokit.formats import SHIPPED_MODELS
+from elmokit.formats import SHIPPED_MODELS, embedding_hdf5
 from elmokit.io import read_output_record
 
 
@@ -77,6 +77,26 @@ class Representation(Protocol):
 
 class RepresentationError(UserError):
     """A representation that cannot be loaded as described; the message names the spec or flag and the fix."""
+
+
+class EmbedsFiles:
+    """What ``elmokit embed`` and ``Embedder`` users call beyond ``embed``, for a representation that carries no
+    state between sentences (a CoVe encoder, a static table): ``tokenize`` a raw line (``tokenizer``, an
+    ``elmokit.text.corpus.Tokenizer``, else whitespace), ``embed_batch``, and ``embed_file`` into the HDF5
+    layout of ``Embedder.embed_file`` (``elmokit.formats.embedding_hdf5``)."""
+
+    stateful = False
+    tokenizer = None
+    batch_size = 64  # sentences per ``embed`` call while embedding a file
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.tokenizer(text) if self.tokenizer is not None else text.split()
+
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return self.embed(sentences)
+
+    def embed_file(self, input_file, output_file, **options):
+        return embedding_hdf5.embed_file(self, input_file, output_file, **options)
 
 
 # --------------------------------------------------------------------------- the kinds
@@ -390,6 +410,16 @@ def identify_folder(path: str | os.PathLike) -> FolderKind | None:
     if (folder / "options.json").is_file():  # the original format
         return FOLDER_KINDS["elmo"]
     return None
+
+
+def require_elmo_folder(path: str | os.PathLike, command: str) -> None:
+    """For commands that read ELMo models only (``convert``, ``warm-state``): a ``RepresentationError`` saying
+    what another folder elmokit wrote is and what to do with it instead."""
+    kind = identify_folder(path)
+    if kind is None or kind.name == "elmo":
+        return
+    instead = kind.instead or "use it as it is: `--model DIR` and `Embedder.load(DIR)` read it"
+    raise RepresentationError(f"{path}: {kind.what}, not an ELMo model, so `{command}` does not apply; {instead}")
 
 
 def folder_spec(path: str | os.PathLike, kind: FolderKind | None = None) -> dict[str, Any]:

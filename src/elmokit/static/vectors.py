@@ -30,6 +30,7 @@ import numpy as np
 from elmokit.formats.word2vec import read_word2vec, write_word2vec
 from elmokit.io import atomic_path
 from elmokit.nn.functional import invariant_scores
+from elmokit.representation import EmbedsFiles
 from elmokit.static.subwords import SubwordTable
 
 FORMAT_VERSION = 1
@@ -39,7 +40,7 @@ BINARY_NAME = "vectors.bin"
 SUBWORDS_NAME = "subwords.safetensors"
 
 
-class StaticVectors:
+class StaticVectors(EmbedsFiles):
     """A table of word vectors with cosine queries; a one-layer `Representation`.
 
     Args:

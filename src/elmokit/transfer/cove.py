@@ -48,6 +48,7 @@ from elmokit.configs import config_from_dict
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
+from elmokit.representation import EmbedsFiles
 
 FORMAT_VERSION = 1
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
@@ -337,7 +338,7 @@ def load_cove_model(path: str | os.PathLike) -> tuple[CoveModel, list[str], list
 # ---------------------------------------------------------------------------------------- representation
 
 
-class CoveRepresentation:
+class CoveRepresentation(EmbedsFiles):
     """CoVe as a one-layer ``Representation``: the MT-LSTM's top layer, (1, n_tokens, 2H) per
     sentence; with ``mode="glove_cove"`` the paper's task input [GloVe(w); CoVe(w)], (1, n, E + 2H).
 
