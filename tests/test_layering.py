@@ -48,11 +48,11 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 ISOLATED = {"recipes"}  # the units of these layers never import each other
 LATE_IMPORT_LAYERS = {"apps"}  # rule 2's exception (see the docstring)
-# Third-party packages a function may import late: optional extras (pyproject's [project.optional-dependencies])
-# and the heavy core ones that a module serving lighter callers keeps off its import path (torch, and
-# safetensors.torch / h5py which load torch or a C library; static tables and embedding files stay torch-free).
+# Third-party packages a function may import late: the optional extras (pyproject's [project.optional-dependencies])
+# and h5py (the HDF5 C library, ~35 ms, only for the original weights and embedding files). torch and safetensors
+# are not here: `import elmokit` already imports torch, after which both cost about a millisecond.
 LATE_OK = {
-    "torch", "safetensors", "h5py",
+    "h5py",
     "transformers", "tokenizers",
     "gensim", "sklearn", "scipy", "seqeval",
     "fastapi", "uvicorn", "prometheus_client",
@@ -70,9 +70,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("elmokit.lm", "elmokit.formats"): "LM head: save/load read formats (late)",
     ("elmokit.lm", "elmokit.formats.native"): "LM head: save/load read formats (late)",
     ("elmokit.lm", "elmokit.training.vocab"): "LM head: the vocabulary still lives in the biLM recipe",
+    ("elmokit.training.lm", "safetensors"): "LM head moves out of training/",
+    ("elmokit.lm", "safetensors"): "LM head: save/load (late)",
     # the step loop, checkpoints and DDP still live in training/; they move to engine/
     ("elmokit.training.loop", "tqdm"): "moves to engine/",
     ("elmokit.engine.loop", "tqdm"): "moved from training/",
+    ("elmokit.training.checkpoint", "safetensors"): "moves to engine/",
+    ("elmokit.engine.checkpoint", "safetensors"): "moved from training/",
     ("elmokit.pretraining.run", "elmokit.training.checkpoint"): "moves to engine/",
     ("elmokit.pretraining.run", "elmokit.training.distributed"): "moves to engine/",
     ("elmokit.pretraining.run", "elmokit.training.loop"): "moves to engine/",
@@ -226,13 +230,15 @@ def test_every_import_in_the_package_keeps_the_layers():
 
 
 def test_the_allow_list_has_no_stale_entry():
-    """An allowed import that no longer exists leaves the list (entries for a module not in this checkout,
-    one that moves in a branch not merged yet, are kept)."""
+    """An allowed import that no longer exists leaves the list. Entries naming an elmokit module absent from this
+    checkout (one that moves in a branch not merged yet) are kept until the move lands."""
     sources = package_sources()
     known = set(sources)
     present = {(m, i) for m, (text, pkg) in sources.items() for i, _, _ in imports_of(m, text, pkg, known)}
     present |= {(m, i.partition(".")[0]) for m, i in present}
-    assert [entry for entry in ALLOWED if entry[0] in sources and entry not in present] == []
+    here = [(m, i) for m, i in ALLOWED if m in sources and (i in sources or not i.startswith("elmokit"))]
+    assert len(here) >= 8, "the check would pass vacuously"
+    assert [entry for entry in here if entry not in present] == []
 
 
 def test_every_unit_in_the_table_exists_or_is_expected():
@@ -307,6 +313,17 @@ def test_the_checker_reports_unassigned_modules_and_relative_imports():
     found = imports_of("elmokit.tasks.tagger.saved", "from ...formats import native\nfrom .. import crf\n", False,
                        {"elmokit.formats.native", "elmokit.tasks.crf"})
     assert found == [("elmokit.formats.native", 1, False), ("elmokit.tasks.crf", 2, False)]
+
+
+def test_a_violation_planted_in_the_real_package_is_reported_alone():
+    sources = package_sources()
+    text, is_package = sources["elmokit.nn.highway"]
+    sources["elmokit.nn.highway"] = (text + "\n\ndef _planted():\n    from elmokit.formats import native\n", is_package)
+    found = violations(sources)
+    line = len(text.splitlines()) + 4
+    assert found[0] == (f"elmokit.nn.highway:{line} elmokit.nn.highway -> elmokit.formats.native: points up "
+                        "(foundation -> formats)")
+    assert len(found) == 2 and found[1].startswith("import cycle: ") and "elmokit.nn.highway" in found[1]
 
 
 def test_the_cycle_finder_against_hand_drawn_graphs():

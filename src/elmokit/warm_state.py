@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
 from elmokit.bilm import BiLM  # this module uses the model; the model never imports it
 from elmokit.errors import UserError
@@ -159,8 +161,6 @@ def compute_warm_state(bilm, sentences: Sequence[Sequence[str]] | None = None) -
 
 def save_warm_state(directory: str | os.PathLike, state: WarmState) -> Path:
     """Write ``directory / warm_state.safetensors`` atomically."""
-    from safetensors.numpy import save_file
-
     target = Path(directory) / WARM_STATE_NAME
     arrays = {"h": state.h.detach().cpu().numpy().astype(np.float32), "c": state.c.detach().cpu().numpy().astype(np.float32)}
     metadata = {key: json.dumps(value) for key, value in state.metadata.items()}
@@ -172,8 +172,6 @@ def save_warm_state(directory: str | os.PathLike, state: WarmState) -> Path:
 def load_warm_state(directory: str | os.PathLike, bilm) -> WarmState:
     """Read the warm state stored in a model folder and check it: readable, the shapes of
     ``bilm``'s config, finite, and computed for ``bilm``'s weights (``WarmStateError`` naming the file)."""
-    from safetensors import safe_open
-
     path = Path(directory) / WARM_STATE_NAME
     if not path.exists():
         raise WarmStateError(

@@ -65,6 +65,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from elmokit.configs import config_from_dict
 from elmokit.io import atomic_path
@@ -574,8 +575,6 @@ class _PretrainRun:
     def _count_flops(self, part: dict, tokens: int) -> None:
         """FLOPs of one forward + backward on the first global batch (torch.utils.flop_counter), into
         training.json. Under a forked RNG and with the gradients dropped after: the run is unchanged."""
-        from torch.utils.flop_counter import FlopCounterMode
-
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             counter = FlopCounterMode(display=False)
             with counter:

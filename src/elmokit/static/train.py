@@ -55,6 +55,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
 
 from elmokit.io import atomic_path
 from elmokit.static.cooccurrence import CooccurrenceConfig, build_vocab, count_cooccurrences
@@ -216,8 +218,6 @@ def _train_gensim(c: StaticTrainConfig, corpus: Corpus, folder: Path) -> tuple[S
         subwords = SubwordTable(min_n=c.min_n, max_n=c.max_n, bucket=c.bucket, bucket_ids=ids,
                                 vectors=np.asarray(wv.vectors_ngrams[ids], dtype=np.float32))
     if c.algo == "doc2vec":
-        from safetensors.numpy import save_file
-
         with atomic_path(folder / "docvecs.safetensors") as tmp:
             save_file({"docvecs": np.asarray(model.dv.vectors, dtype=np.float32)}, tmp)
         info["docvecs"] = {"file": "docvecs.safetensors", "n_docs": len(model.dv),
@@ -241,9 +241,6 @@ def _count(c: StaticTrainConfig, corpus: Corpus, folder: Path):
 
 
 def _train_glove(c: StaticTrainConfig, corpus: Corpus, folder: Path, progress: bool):
-    import torch
-    from safetensors.numpy import save_file
-
     words, matrix, info = _count(c, corpus, folder)
     torch.set_num_threads(max(1, c.workers))
     cfg = GloveConfig(dim=c.dim, x_max=c.x_max, alpha=c.weight_alpha, lr=c.alpha, epochs=c.epochs,
@@ -258,8 +255,6 @@ def _train_glove(c: StaticTrainConfig, corpus: Corpus, folder: Path, progress: b
 
 
 def _train_lsa(c: StaticTrainConfig, corpus: Corpus, folder: Path):
-    from safetensors.numpy import save_file
-
     words, matrix, info = _count(c, corpus, folder)
     cfg = LsaConfig(dim=c.dim, weighting=c.weighting, cds=c.cds, eig_power=c.eig_power, seed=c.seed)
     t0 = time.time()
@@ -349,6 +344,4 @@ def infer_doc_vectors(run_dir: str | os.PathLike, documents, *, epochs: int | No
 
 def load_doc_vectors(run_dir: str | os.PathLike) -> np.ndarray:
     """The trained document vectors (n_docs, dim); row i is the i-th non-empty corpus line."""
-    from safetensors.numpy import load_file
-
     return load_file(str(Path(run_dir) / "docvecs.safetensors"))["docvecs"]

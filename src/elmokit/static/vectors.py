@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from elmokit.formats.word2vec import read_word2vec, write_word2vec
 from elmokit.io import atomic_path
@@ -179,8 +180,6 @@ class StaticVectors(EmbedsFiles):
         meta.update(self.metadata)
         meta.update(extra or {})
         if self.subwords is not None:
-            from safetensors.numpy import save_file
-
             with atomic_path(folder / SUBWORDS_NAME) as tmp:
                 save_file({"bucket_ids": self.subwords.bucket_ids.astype(np.int64),
                            "vectors": self.subwords.vectors.astype(np.float32)}, tmp)
@@ -221,8 +220,6 @@ class StaticVectors(EmbedsFiles):
                                         "written by `elmokit static train` or at a vector file")
             sub = meta.get("subwords")
             if sub and limit is None:
-                from safetensors.numpy import load_file
-
                 tensors = load_file(str(path / sub.get("file", SUBWORDS_NAME)))
                 subwords = SubwordTable(min_n=sub["min_n"], max_n=sub["max_n"], bucket=sub["bucket"],
                                         bucket_ids=tensors["bucket_ids"], vectors=tensors["vectors"])

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from elmokit.bilm import BiLMConfig
 from elmokit.evaluation.perplexity import perplexity, stream_backward_perplexity, stream_forward_perplexity
@@ -423,8 +424,6 @@ class _Run:
         # DDP averages dense gradients, so its ranks keep the (V, P) table's.
         model.row_sparse_softmax = training.optimizer == "adagrad" and not context.enabled
         if context.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
             # The char CNN's im2col weight gradients arrive transposed; DDP copies them into its
             # buckets and says so on every step. Harmless (a small copy), so keep the log readable.
             warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")

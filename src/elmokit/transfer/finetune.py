@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from elmokit.io import atomic_directory
@@ -154,8 +155,6 @@ def save_finetuned_folder(directory: str | os.PathLike, model: nn.Module, tokeni
                           *, metadata: dict | None = None) -> Path:
     """A fine-tuned folder, atomically: ``model/`` (``model.base`` and the tokenizer, save_pretrained),
     ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``."""
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     with atomic_directory(directory) as staging:
         model.base.save_pretrained(str(staging / BASE_DIR))
@@ -222,8 +221,6 @@ class FineTuned:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTuned:
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in (CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():

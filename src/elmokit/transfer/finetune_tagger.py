@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
@@ -235,8 +236,6 @@ class FineTunedTagger:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTunedTagger:
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in (TAGGER_CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():

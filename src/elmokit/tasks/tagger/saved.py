@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from elmokit.errors import UserError
 from elmokit.features import pad_features
@@ -135,8 +136,6 @@ class SequenceTagger:
     # -- saving and loading
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the tagger folder atomically (a complete folder replaces any old one)."""
-        from safetensors.torch import save_file
-
         directory = Path(directory)
         with atomic_directory(directory) as tmp:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -154,8 +153,6 @@ class SequenceTagger:
     @classmethod
     def load(cls, directory: str | os.PathLike, *, representation=None) -> SequenceTagger:
         """Read a tagger folder. The representation is rebuilt from the config unless given."""
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME):
             if not (directory / name).is_file():
