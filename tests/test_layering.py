@@ -83,9 +83,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("elmokit.transfer.cove_train", "elmokit.training.checkpoint"): "moves to engine/",
     ("elmokit.transfer.cove_train", "elmokit.training.loop"): "moves to engine/",
     ("elmokit.transfer.cove_train", "elmokit.training.trainer"): "RunError: moves to engine/",
-    # Position, a sentence stream's resume point, is shared by the step loops' data: it moves to engine/ with them
-    ("elmokit.pretraining.corpus", "elmokit.training.data"): "Position moves to engine/",
-    ("elmokit.pretraining.run", "elmokit.training.data"): "Position moves to engine/",
 }
 
 

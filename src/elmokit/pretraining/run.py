@@ -72,10 +72,9 @@ from elmokit.io import atomic_path
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.registry import OBJECTIVES
-from elmokit.text.corpus import expand_patterns
+from elmokit.text.corpus import Position, expand_patterns
 from elmokit.text.subword_tokenizers import load_tokenizer, train_byte_bpe, train_wordpiece
 from elmokit.training.checkpoint import file_sha256, latest_checkpoint, latest_good_checkpoint, read_checkpoint, write_checkpoint
-from elmokit.training.data import Position
 from elmokit.training.distributed import DistributedContext
 from elmokit.training.loop import (
     MetricsLog,
