@@ -110,6 +110,19 @@ def test_specs_of_each_kind_of_folder(tmp_path, cove):
         spec_from_flags(model=str(folder), initial_state="warm")
 
 
+def test_a_training_run_folder_loads_its_exported_model(tmp_path, tiny_original):
+    bilm = load_original(*tiny_original[:2])
+    run = _config_folder(tmp_path / "run", bilm.config.to_dict())  # `elmokit train`: the config at the top,
+    save_native(bilm, run / "model")  # the model in model/ at the end
+    assert identify_folder(run).name == "elmo"
+    assert folder_spec(run) == {"kind": "elmo", "model": str((run / "model").resolve())}
+    oracle = Embedder(bilm).embed(SENTENCES)
+    for loaded in (Embedder.load(run), load_representation(spec_from_flags(model=str(run)))):
+        assert loaded.name == "elmo:run"
+        for got, want in zip(loaded.embed(SENTENCES), oracle):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_embedder_load_and_load_representation_read_a_cove_folder_as_the_model_it_was_saved_from(cove):
     folder, model = cove
     oracle = CoveRepresentation(model, WORDS).embed(SENTENCES)  # the in-memory model: no loader involved

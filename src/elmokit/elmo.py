@@ -23,7 +23,7 @@ from torch import nn
 from elmokit.bilm import BiLM, remove_boundaries
 from elmokit.formats import embedding_hdf5, load_bilm, load_original, recorded_tokenizer
 from elmokit.nn.scalar_mix import ScalarMix
-from elmokit.representation import RepresentationError, folder_spec, identify_folder, load_representation
+from elmokit.representation import RepresentationError, exported_model, folder_spec, identify_folder, load_representation
 from elmokit.text.chars import batch_to_ids
 from elmokit.text.corpus import raw_text_tokenizer
 
@@ -213,9 +213,10 @@ class Embedder:
             if spec["kind"] == "transformer" and "batch_size" in options:  # changes its outputs: a spec field
                 fields["batch_size"] = options.pop("batch_size")
             return load_representation({**spec, **fields}, **options)
-        bilm = load_bilm(path, stateful=stateful, initial_state=initial_state)
+        folder = exported_model(path) if kind is not None else path  # `elmokit train`'s run folder: its model/
+        bilm = load_bilm(folder, stateful=stateful, initial_state=initial_state)
         if options.get("tokenizer") is None:
-            options["tokenizer"] = raw_text_tokenizer(recorded_tokenizer(path))
+            options["tokenizer"] = raw_text_tokenizer(recorded_tokenizer(folder))
         suffix = "+warm" if initial_state == "warm" else ""
         return cls(bilm, name=f"elmo:{Path(str(path)).name}{suffix}", _owned=True, **options)
 

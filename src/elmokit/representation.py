@@ -432,10 +432,18 @@ def folder_spec(path: str | os.PathLike, kind: FolderKind | None = None) -> dict
                                   "fix: give a model folder, a shipped model's name, or --vectors FILE")
     if kind.spec_kind is None:
         raise RepresentationError(f"{path}: {kind.what}, not a representation; {kind.instead}")
-    if kind.name.startswith("finetuned-") or (kind.name == "transformer" and (folder / "model" / "config.json").is_file()):
-        folder = folder / "model"  # the fine-tuned transformer; a pretrain run's exported model
+    if kind.name.startswith("finetuned-"):
+        folder = folder / "model"  # the fine-tuned transformer
     key = "model" if kind.spec_kind == "elmo" else "path"
-    return {"kind": kind.spec_kind, key: str(folder)}
+    return {"kind": kind.spec_kind, key: str(exported_model(folder))}
+
+
+def exported_model(path: str | os.PathLike) -> Path:
+    """A run folder's exported ``model/`` (``elmokit train``, ``pretrain``, ``cove train``: the run's config.json at
+    the top, the model in model/ once the run ends), else ``path`` itself."""
+    folder = Path(path)
+    run_only = not (folder / "model.safetensors").is_file() and not (folder / "options.json").is_file()
+    return folder / "model" if run_only and (folder / "model" / "config.json").is_file() else folder
 
 
 def spec_from_flags(
