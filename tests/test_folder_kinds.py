@@ -17,10 +17,12 @@ from elmokit.cli.main import main
 from elmokit.io import write_output_record
 from elmokit.representation import (
     FOLDER_KINDS,
+    REPRESENTATION_KINDS,
     RepresentationError,
     folder_spec,
     identify_folder,
     load_representation,
+    resolve,
     spec_from_flags,
 )
 from elmokit.static.vectors import StaticVectors
@@ -56,6 +58,17 @@ def _config_folder(path, config: dict):
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
     return path
+
+
+def test_the_lazy_registry_names_loaders_that_exist_and_every_folder_kind_maps_to_one():
+    """The loaders are strings resolved at load time (the representations layer imports nothing above it): a typo
+    would only show when that kind is loaded, so resolve each here."""
+    for kind in REPRESENTATION_KINDS.values():
+        module = kind.loader.partition(":")[0]
+        assert module.startswith("elmokit.") and callable(resolve(kind.loader)), kind.loader
+    assert {k.spec_kind for k in FOLDER_KINDS.values()} - {None} <= set(REPRESENTATION_KINDS)
+    with pytest.raises(AttributeError):
+        resolve("elmokit.transfer.cove:NoSuchClass.load")
 
 
 def test_every_writer_s_folder_is_identified_by_its_own_files(tmp_path, tiny_original, cove):
