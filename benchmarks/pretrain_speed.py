@@ -120,7 +120,7 @@ def build_corpus(target: Path, source: Path, words: int, doc_paragraphs: int, do
 def train_tokenizers(kinds: set[str], corpus: Path, target: Path, vocab_size: int, max_tokens: int) -> dict[str, Path]:
     """One tokenizer folder per kind, trained once on the slice with the lines `elmokit pretrain` uses."""
     from elmokit.pretraining.run import TOKENIZER_TEMPLATES, _tokenizer_lines
-    from elmokit.pretraining.tokenizers import train_byte_bpe, train_wordpiece
+    from elmokit.text.subword_tokenizers import train_byte_bpe, train_wordpiece
 
     files = sorted(corpus.glob("part.*.txt"))
     folders = {}
@@ -143,7 +143,7 @@ def stock_bert_loss(model, batch):
     """BERT's loss as transformers computes it: ``BertForPreTraining``'s MLM head on all B x T positions
     (then -100 ignored) plus NSP; equal to ``MaskedLMObjective.loss`` up to rounding (tests/pretraining/
     test_pretraining_heads.py)."""
-    from elmokit.pretraining.objectives import ObjectiveLoss
+    from elmokit.pretraining.batching import ObjectiveLoss
 
     names = ("input_ids", "attention_mask", "token_type_ids", "labels", "next_sentence_label")
     loss = model(**{k: batch[k] for k in names if k in batch}).loss
@@ -155,7 +155,7 @@ class Timed:
     """One variant's `elmokit pretrain` run object, stepped a few steps at a time."""
 
     def __init__(self, variant: Variant, preset: str, corpus: Path, tokenizers: dict[str, Path], args, run_dir: Path):
-        from elmokit.pretraining.objectives import OBJECTIVES
+        from elmokit.pretraining.registry import OBJECTIVES
         from elmokit.pretraining.run import PretrainConfig, _PretrainRun
         from elmokit.training.distributed import DistributedContext
 
@@ -314,7 +314,7 @@ def main(argv=None) -> None:
                  "(set ELMOKIT_SHARED)")
     torch.set_num_threads(args.threads)
     from elmokit.io import atomic_path
-    from elmokit.pretraining.objectives import OBJECTIVES
+    from elmokit.pretraining.registry import OBJECTIVES
 
     with tempfile.TemporaryDirectory(prefix="pretrain_speed_") as tmp:
         work = Path(args.work_dir) if args.work_dir else Path(tmp)

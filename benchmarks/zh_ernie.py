@@ -214,7 +214,7 @@ def span_coverage(lines: int = 2000) -> dict:
     from elmokit.pretraining.corpus import SpecialIds, encode_document, read_documents, segments
     from elmokit.pretraining.knowledge_zh import ChineseUnits, EntityCache
     from elmokit.pretraining.masking import MaskingVocab
-    from elmokit.pretraining.tokenizers import load_tokenizer
+    from elmokit.text.subword_tokenizers import load_tokenizer
 
     tokenizer = load_tokenizer(WORK / "runs" / "ernie" / "tokenizer")
     cache = EntityCache.from_file(ENTITY_CACHE, tokenizer, window=126)

@@ -121,7 +121,7 @@ def test_a_real_tiny_glue_run_with_the_shipped_model(tmp_path, capsys):
 def test_eval_glue_finetune_recipe_on_a_tiny_bert_folder(tmp_path, capsys):
     pytest.importorskip("transformers")
     from elmokit.pretraining.models import build_model, preset
-    from elmokit.pretraining.tokenizers import wordpiece_from_vocab
+    from elmokit.text.subword_tokenizers import wordpiece_from_vocab
 
     _data(tmp_path)
     folder = tmp_path / "bert"

@@ -21,9 +21,11 @@ import torch
 from torch import nn
 
 from elmokit.bilm import BiLM, remove_boundaries
-from elmokit.formats import load_bilm, load_original
+from elmokit.formats import embedding_hdf5, load_bilm, load_original, recorded_tokenizer
 from elmokit.nn.scalar_mix import ScalarMix
+from elmokit.representation import RepresentationError, exported_model, folder_spec, identify_folder, load_representation
 from elmokit.text.chars import batch_to_ids
+from elmokit.text.corpus import raw_text_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -189,30 +191,32 @@ class Embedder:
     ) -> Embedder:
         """``"default"`` (the shipped model), a native folder, or a folder with options.json + weights.hdf5.
 
-        A transformers checkpoint folder (``elmokit pretrain``'s ``model/``, or any local HF folder
-        with a fast tokenizer) gives a ``TransformerRepresentation`` instead: the same ``embed``,
-        ``embed_file`` and ``(layers, words, dim)`` contract, with ``pooling`` ("first", "mean", "last")
-        of a word's subword pieces.
+        Any other folder elmokit writes gives its representation through the one registry
+        (``elmokit.representation.identify_folder`` / ``folder_spec``), with the same ``embed`` and
+        ``(layers, words, dim)`` contract: a transformers folder (``elmokit pretrain``'s run or ``model/``, any
+        local HF folder with a fast tokenizer, a fine-tuned transformer) with ``pooling`` ("first", "mean",
+        "last") of a word's subword pieces and ``batch_size``; a CoVe model with ``mode`` ("cove",
+        "glove_cove"); a static table. A tagger or classifier folder is a ``RepresentationError`` saying what
+        it is and what to do with it.
 
         ``initial_state``: ``"zero"`` (default) or ``"warm"`` (the folder's warm_state.safetensors,
         written by ``elmokit warm-state``). ``options``: ``batch_size``, ``precision`` ("fp32"
         exact, "bf16" fast), ``token_cache_size``, ``tokenizer`` (default: the segmenter the model
         records in ``lm.json``, see ``elmokit.text.corpus.raw_text_tokenizer``; else whitespace).
         """
-        from elmokit.formats import recorded_tokenizer
-        from elmokit.representation import is_transformer_folder
-        from elmokit.text.corpus import raw_text_tokenizer
-
-        if is_transformer_folder(path):  # `elmokit pretrain`'s model/ or any local HF checkpoint folder
-            from elmokit.pretraining.representation import TransformerRepresentation
-
+        kind = identify_folder(path)
+        if kind is not None and kind.name != "elmo":
             if stateful or initial_state != "zero" or options.get("precision", "fp32") != "fp32":
-                raise ValueError(f"{path}: a transformer folder has no stateful, warm-state or bf16 mode")
-            return TransformerRepresentation.load(path, pooling=options.get("pooling", "mean"),
-                                                  batch_size=options.get("batch_size", 1))
-        bilm = load_bilm(path, stateful=stateful, initial_state=initial_state)
+                raise RepresentationError(f"{path}: {kind.what} has no stateful, warm-state or bf16 mode")
+            spec = folder_spec(path, kind)
+            fields = {name: options.pop(name) for name in ("pooling", "mode") if name in options}
+            if spec["kind"] == "transformer" and "batch_size" in options:  # changes its outputs: a spec field
+                fields["batch_size"] = options.pop("batch_size")
+            return load_representation({**spec, **fields}, **options)
+        folder = exported_model(path) if kind is not None else path  # `elmokit train`'s run folder: its model/
+        bilm = load_bilm(folder, stateful=stateful, initial_state=initial_state)
         if options.get("tokenizer") is None:
-            options["tokenizer"] = raw_text_tokenizer(recorded_tokenizer(path))
+            options["tokenizer"] = raw_text_tokenizer(recorded_tokenizer(folder))
         suffix = "+warm" if initial_state == "warm" else ""
         return cls(bilm, name=f"elmo:{Path(str(path)).name}{suffix}", _owned=True, **options)
 
@@ -312,9 +316,7 @@ class Embedder:
         """Embed a file of sentences (one per line, cut by ``tokenize``: whitespace-tokenised, or raw
         text for a model with a segmenter) into HDF5 in the layout of the old ``allennlp elmo`` command.
         See ``elmokit.formats.embedding_hdf5.embed_file``."""
-        from elmokit.formats.embedding_hdf5 import embed_file
-
-        return embed_file(
+        return embedding_hdf5.embed_file(
             self,
             input_file,
             output_file,

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from elmokit.io import atomic_directory
 from elmokit.representation import fingerprint
@@ -49,8 +50,6 @@ def embed_in_chunks(
     description: str = "embedding",
 ) -> Iterator[tuple[int, list[np.ndarray]]]:
     """Yield ``(start, arrays)``: arrays[i] (L, n_tokens, D) float32 for sentences[start + i]."""
-    from tqdm import tqdm
-
     if progress is None:
         progress = sys.stderr.isatty()
     total_tokens = sum(len(s) for s in sentences)

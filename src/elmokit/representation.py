@@ -16,9 +16,21 @@ config.json of every task model trained on it so that prediction rebuilds the sa
 
 ``load_representation(spec)`` dispatches on ``spec["kind"]`` through ``REPRESENTATION_KINDS``;
 ``spec_from_flags(...)`` builds the spec from the command line's ``--model``,
-``--options-file``/``--weight-file`` and ``--vectors``. A new kind of representation (the
-transformers of the next issue) plugs in as one class with ``kind``, ``fields``,
-``path_fields`` and ``load(spec, options)``, and one entry in the table; nothing else changes.
+``--options-file``/``--weight-file`` and ``--vectors``. A new kind of representation plugs in as one
+class with ``kind``, ``fields``, ``path_fields`` and ``loader`` (``"module:Class.method"``, called as
+``loader(spec, options)``), and one entry in the table; nothing else changes.
+
+The registry is lazy: a loader is named by a string and imported when a spec of its kind is loaded.
+The classes that load (``Embedder`` beside this module, ``TransformerRepresentation`` and
+``CoveRepresentation`` in the recipes above it) depend on this module, never the reverse, so the
+representations layer imports nothing above it and nothing here imports torch or transformers.
+
+Folders. Every folder elmokit writes says what it is (``identify_folder``): the ``artifact`` of its
+``.elmokit-output.json``, else its own files (config.json's fields, static.json, finetune.json...).
+``FOLDER_KINDS`` says for each kind what it is and which representation kind loads it, or, for a
+folder that is not a representation (a tagger, a classifier), what to do with it instead;
+``folder_spec(DIR)`` is the spec of any of them. ``Embedder.load(DIR)``, ``--model DIR`` on every
+command and ``load_representation`` read all of them through it.
 
 Fingerprint. ``fingerprint(rep)`` is a string that changes whenever the representation's outputs
 could change; it keys the feature caches and the neighbour indexes. A representation may bring its
@@ -29,15 +41,19 @@ a static table is fingerprinted by its vectors and words here.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from elmokit.errors import UserError
+from elmokit.formats import SHIPPED_MODELS, embedding_hdf5
+from elmokit.io import read_output_record
 
 
 @runtime_checkable
@@ -63,6 +79,26 @@ class RepresentationError(UserError):
     """A representation that cannot be loaded as described; the message names the spec or flag and the fix."""
 
 
+class EmbedsFiles:
+    """What ``elmokit embed`` and ``Embedder`` users call beyond ``embed``, for a representation that carries no
+    state between sentences (a CoVe encoder, a static table): ``tokenize`` a raw line (``tokenizer``, an
+    ``elmokit.text.corpus.Tokenizer``, else whitespace), ``embed_batch``, and ``embed_file`` into the HDF5
+    layout of ``Embedder.embed_file`` (``elmokit.formats.embedding_hdf5``)."""
+
+    stateful = False
+    tokenizer = None
+    batch_size = 64  # sentences per ``embed`` call while embedding a file
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.tokenizer(text) if self.tokenizer is not None else text.split()
+
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return self.embed(sentences)
+
+    def embed_file(self, input_file, output_file, **options):
+        return embedding_hdf5.embed_file(self, input_file, output_file, **options)
+
+
 # --------------------------------------------------------------------------- the kinds
 
 
@@ -76,16 +112,15 @@ class ElmoModel:
     kind = "elmo"
     fields = ("model", "initial_state", "align")
     path_fields = ("model",)
+    loader = "elmokit.elmo:Embedder.load"
 
-    @staticmethod
-    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
-        from elmokit.elmo import Embedder
-
+    @classmethod
+    def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
         align = spec.get("align", "words")
         if align not in ALIGNMENTS:
             raise RepresentationError(f"representation {dict(spec)!r}: align must be one of {', '.join(ALIGNMENTS)}, "
                                       f"not {align!r}")
-        embedder = Embedder.load(spec["model"], initial_state=spec.get("initial_state", "zero"), **options)
+        embedder = resolve(cls.loader)(spec["model"], initial_state=spec.get("initial_state", "zero"), **options)
         return CharAlignedWords(embedder) if align == "chars" else embedder
 
 
@@ -95,13 +130,12 @@ class ElmoOriginalFiles:
     kind = "elmo-original"
     fields = ("options_file", "weight_file", "initial_state")
     path_fields = ("options_file", "weight_file")
+    loader = "elmokit.elmo:Embedder.from_original"
 
-    @staticmethod
-    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
-        from elmokit.elmo import Embedder
-
-        return Embedder.from_original(spec["options_file"], spec["weight_file"],
-                                      initial_state=spec.get("initial_state", "zero"), **options)
+    @classmethod
+    def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
+        return resolve(cls.loader)(spec["options_file"], spec["weight_file"],
+                                   initial_state=spec.get("initial_state", "zero"), **options)
 
 
 class StaticTable:
@@ -113,34 +147,34 @@ class StaticTable:
     kind = "vectors"
     fields = ("path",)
     path_fields = ("path",)
+    loader = "elmokit.static.vectors:StaticVectors.load"
 
-    @staticmethod
-    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
-        from elmokit.static.vectors import StaticVectors
-
+    @classmethod
+    def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
         if options.get("stateful") or options.get("precision", "fp32") != "fp32":
             raise RepresentationError(f"{spec['path']}: a static table has no stateful or bf16 mode")
-        return StaticVectors.load(spec["path"])
+        return resolve(cls.loader)(spec["path"])
 
 
 class TransformerFolder:
     """A transformers model folder (config.json, weights, fast tokenizer): one vector per word per layer.
 
     ``pooling`` ("mean" default, "first", "last") pools a word's subword vectors. Sentences run one at a
-    time, so a batch embeds bit-identically to its sentences alone: ``batch_size`` and
-    ``token_cache_size`` do not apply; bf16 and stateful are errors."""
+    time by default, so a batch embeds bit-identically to its sentences alone: the loading option
+    ``batch_size`` and ``token_cache_size`` do not apply; bf16 and stateful are errors. The spec's own
+    ``batch_size`` (> 1: equal-length sentences grouped, equal within float rounding) changes outputs, so it
+    is a field of the spec, not a loading option."""
 
     kind = "transformer"
-    fields = ("path", "pooling")
+    fields = ("path", "pooling", "batch_size")
     path_fields = ("path",)
+    loader = "elmokit.pretraining.representation:TransformerRepresentation.load"
 
-    @staticmethod
-    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
-        from elmokit.pretraining.representation import TransformerRepresentation
-
+    @classmethod
+    def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
         if options.get("stateful") or options.get("precision", "fp32") != "fp32":
             raise RepresentationError(f"{spec['path']}: a transformer representation has no stateful or bf16 mode")
-        return TransformerRepresentation.load(spec["path"], pooling=spec.get("pooling", "mean"))
+        return resolve(cls.loader)(spec["path"], pooling=spec.get("pooling", "mean"), batch_size=int(spec.get("batch_size", 1)))
 
 
 class CoveEncoderFolder:
@@ -151,14 +185,22 @@ class CoveEncoderFolder:
     kind = "cove"
     fields = ("path", "mode")
     path_fields = ("path",)
+    loader = "elmokit.transfer.cove:CoveRepresentation.load"
 
-    @staticmethod
-    def load(spec: Mapping[str, Any], options: Mapping[str, Any]):
-        from elmokit.transfer.cove import CoveRepresentation
-
+    @classmethod
+    def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
         if options.get("stateful") or options.get("precision", "fp32") != "fp32":
             raise RepresentationError(f"{spec['path']}: a CoVe representation has no stateful or bf16 mode")
-        return CoveRepresentation.load(spec["path"], mode=spec.get("mode", "cove"), batch_size=options.get("batch_size", 64))
+        return resolve(cls.loader)(spec["path"], mode=spec.get("mode", "cove"), batch_size=options.get("batch_size", 64))
+
+
+def resolve(target: str):
+    """The object ``"package.module:Name.attribute"`` names, its module imported now (the lazy registry)."""
+    module, _, path = target.partition(":")
+    value = importlib.import_module(module)
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value
 
 
 # How the tokens given to a representation relate to the words it embeds (the ``align`` field of the elmo kind).
@@ -284,18 +326,124 @@ def load_representation(spec: Mapping[str, Any], *, base: str | os.PathLike | No
 def is_transformer_folder(path: str | os.PathLike) -> bool:
     """A transformers checkpoint folder: a config.json with transformers' ``model_type`` (an elmokit
     model's config.json has a ``format_version`` instead)."""
-    config = Path(path) / "config.json"
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and "model_type" in data and "format_version" not in data
+    return _transformer_config(_read_json(Path(path) / "config.json"))
 
 
 def _is_shipped(name: str) -> bool:
-    from elmokit.formats import SHIPPED_MODELS
-
     return name in SHIPPED_MODELS
+
+
+# --------------------------------------------------------------------------- what a folder is
+
+
+@dataclass(frozen=True)
+class FolderKind:
+    """A kind of folder elmokit writes. ``name``: the ``artifact`` its ``.elmokit-output.json`` records.
+    ``spec_kind``: the representation kind that loads it (None: it is not a representation, and ``instead``
+    says what to do with it)."""
+
+    name: str
+    what: str
+    spec_kind: str | None
+    instead: str = ""
+
+
+FOLDER_KINDS: dict[str, FolderKind] = {k.name: k for k in (
+    FolderKind("elmo", "an ELMo model folder", "elmo"),
+    FolderKind("transformer", "a transformers model folder", "transformer"),
+    FolderKind("cove", "a CoVe MT model (`elmokit cove train`)", "cove"),
+    FolderKind("static", "a static word-vector table (`elmokit static train`)", "vectors"),
+    # the transformer a fine-tuning recipe trained, in model/, is a representation; the task head is not
+    FolderKind("finetuned-classifier", "a fine-tuned transformer classifier (`elmokit classify train --recipe finetune`)",
+               "transformer"),
+    FolderKind("finetuned-tagger", "a fine-tuned transformer tagger (`elmokit tag train --recipe finetune`)",
+               "transformer"),
+    FolderKind("tagger", "a sequence tagger (`elmokit tag train`)", None,
+               "tag text with `elmokit tag predict --tagger DIR`; give --model the representation it was trained on"),
+    FolderKind("classifier", "a text classifier (`elmokit classify train`)", None,
+               "label text with `elmokit classify predict --classifier DIR`; give --model the representation it was "
+               "trained on"),
+    FolderKind("ulmfit", "a ULMFiT classifier (`elmokit classify train --recipe ulmfit`)", None,
+               "label text with `elmokit classify predict --classifier DIR`"),
+)}
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _transformer_config(config) -> bool:
+    return isinstance(config, dict) and "model_type" in config and "format_version" not in config
+
+
+def identify_folder(path: str | os.PathLike) -> FolderKind | None:
+    """What the folder ``path`` is: the ``artifact`` of its ``.elmokit-output.json`` when it names a known kind,
+    else read from its files; None for a shipped model's name, a file, or a folder of none of the kinds."""
+    folder = Path(path)
+    if str(path) in SHIPPED_MODELS or not folder.is_dir():
+        return None
+    record = read_output_record(folder) or {}
+    if record.get("artifact") in FOLDER_KINDS:
+        return FOLDER_KINDS[record["artifact"]]
+    config = _read_json(folder / "config.json")
+    if isinstance(config, dict):  # each writer's config has fields no other has
+        if _transformer_config(config):  # with model/ beside it: `elmokit pretrain`'s run folder
+            return FOLDER_KINDS["transformer"]
+        if config.get("recipe") == "ulmfit":
+            return FOLDER_KINDS["ulmfit"]
+        if {"encoder_layers", "decoder_layers", "target_vocab_size"} <= config.keys():  # CoveConfig
+            return FOLDER_KINDS["cove"]
+        if {"task", "output", "elmo", "scheme"} <= config.keys():  # TaggerConfig
+            return FOLDER_KINDS["tagger"]
+        if {"num_labels", "vocab_size"} <= config.keys():  # ClassifierConfig
+            return FOLDER_KINDS["classifier"]
+        return FOLDER_KINDS["elmo"]  # a native biLM folder (its loader names any field it does not know)
+    if (folder / "finetune.json").is_file():
+        return FOLDER_KINDS["finetuned-classifier"]
+    if (folder / "finetune_tagger.json").is_file():
+        return FOLDER_KINDS["finetuned-tagger"]
+    if (folder / "static.json").is_file():
+        return FOLDER_KINDS["static"]
+    if (folder / "options.json").is_file():  # the original format
+        return FOLDER_KINDS["elmo"]
+    return None
+
+
+def require_elmo_folder(path: str | os.PathLike, command: str) -> None:
+    """For commands that read ELMo models only (``convert``, ``warm-state``): a ``RepresentationError`` saying
+    what another folder elmokit wrote is and what to do with it instead."""
+    kind = identify_folder(path)
+    if kind is None or kind.name == "elmo":
+        return
+    instead = kind.instead or "use it as it is: `--model DIR` and `Embedder.load(DIR)` read it"
+    raise RepresentationError(f"{path}: {kind.what}, not an ELMo model, so `{command}` does not apply; {instead}")
+
+
+def folder_spec(path: str | os.PathLike, kind: FolderKind | None = None) -> dict[str, Any]:
+    """The spec that loads the folder ``path`` (absolute path), by its kind (``identify_folder``, or ``kind``);
+    ``RepresentationError`` for a folder that is not a representation, naming what it is and what to do."""
+    kind = kind or identify_folder(path)
+    folder = Path(path).resolve()
+    if kind is None:
+        raise RepresentationError(f"{path}: not a folder elmokit wrote (no config.json, static.json or options.json); "
+                                  "fix: give a model folder, a shipped model's name, or --vectors FILE")
+    if kind.spec_kind is None:
+        raise RepresentationError(f"{path}: {kind.what}, not a representation; {kind.instead}")
+    if kind.name.startswith("finetuned-"):
+        folder = folder / "model"  # the fine-tuned transformer
+    key = "model" if kind.spec_kind == "elmo" else "path"
+    return {"kind": kind.spec_kind, key: str(exported_model(folder))}
+
+
+def exported_model(path: str | os.PathLike) -> Path:
+    """A run folder's exported ``model/`` (``elmokit train``, ``pretrain``, ``cove train``: the run's config.json at
+    the top, the model in model/ once the run ends), else ``path`` itself."""
+    folder = Path(path)
+    run_only = not (folder / "model.safetensors").is_file() and not (folder / "options.json").is_file()
+    return folder / "model" if run_only and (folder / "model" / "config.json").is_file() else folder
 
 
 def spec_from_flags(
@@ -324,10 +472,12 @@ def spec_from_flags(
         model = model if model is not None else default_model
         if model is None:
             return {}
-        if not _is_shipped(model) and is_transformer_folder(model):  # e.g. `elmokit pretrain`'s model/
+        kind = None if _is_shipped(model) else identify_folder(model)
+        if kind is not None and kind.name != "elmo":  # a transformer, CoVe, static table, or not a representation
+            spec = folder_spec(model, kind)
             if initial_state != "zero":
-                raise RepresentationError("--initial-state applies to ELMo models, not to a transformer folder")
-            return {"kind": TransformerFolder.kind, "path": str(Path(model).resolve())}
+                raise RepresentationError(f"--initial-state applies to ELMo models, not to {kind.what}")
+            return spec
         spec = {"kind": ElmoModel.kind, "model": model if _is_shipped(model) else str(Path(model).resolve())}
     if initial_state != "zero":
         spec["initial_state"] = initial_state

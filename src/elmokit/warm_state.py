@@ -41,8 +41,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
+from elmokit.bilm import BiLM  # this module uses the model; the model never imports it
 from elmokit.errors import UserError
+from elmokit.formats.checks import describe_non_finite
+from elmokit.io import atomic_path
+from elmokit.text.chars import batch_to_ids
 
 WARM_STATE_NAME = "warm_state.safetensors"
 FORMAT_VERSION = 1
@@ -124,9 +130,6 @@ def compute_warm_state(bilm, sentences: Sequence[Sequence[str]] | None = None) -
     per call in one batch row: forward state after the text in order, backward state after the
     text read backwards (sentences in reverse order). See the module docstring for why.
     """
-    from elmokit.bilm import BiLM  # this module uses the model; the model never imports it
-    from elmokit.text.chars import batch_to_ids
-
     sentences = [list(s) for s in (warmup_sentences() if sentences is None else sentences)]
     if not sentences or any(len(s) == 0 for s in sentences):
         raise WarmStateError("the warm-up text needs at least one sentence and no empty ones")
@@ -158,10 +161,6 @@ def compute_warm_state(bilm, sentences: Sequence[Sequence[str]] | None = None) -
 
 def save_warm_state(directory: str | os.PathLike, state: WarmState) -> Path:
     """Write ``directory / warm_state.safetensors`` atomically."""
-    from safetensors.numpy import save_file
-
-    from elmokit.io import atomic_path
-
     target = Path(directory) / WARM_STATE_NAME
     arrays = {"h": state.h.detach().cpu().numpy().astype(np.float32), "c": state.c.detach().cpu().numpy().astype(np.float32)}
     metadata = {key: json.dumps(value) for key, value in state.metadata.items()}
@@ -173,10 +172,6 @@ def save_warm_state(directory: str | os.PathLike, state: WarmState) -> Path:
 def load_warm_state(directory: str | os.PathLike, bilm) -> WarmState:
     """Read the warm state stored in a model folder and check it: readable, the shapes of
     ``bilm``'s config, finite, and computed for ``bilm``'s weights (``WarmStateError`` naming the file)."""
-    from safetensors import safe_open
-
-    from elmokit.formats.checks import describe_non_finite
-
     path = Path(directory) / WARM_STATE_NAME
     if not path.exists():
         raise WarmStateError(

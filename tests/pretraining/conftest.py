@@ -13,6 +13,6 @@ def hand_tokenizer():
     from pretraining_testkit import HAND_VOCAB
 
     need_transformers()
-    from elmokit.pretraining.tokenizers import wordpiece_from_vocab
+    from elmokit.text.subword_tokenizers import wordpiece_from_vocab
 
     return wordpiece_from_vocab(HAND_VOCAB)

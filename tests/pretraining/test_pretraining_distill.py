@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from elmokit.pretraining import distill as D  # noqa: E402
 from elmokit.pretraining.masking import MaskingVocab  # noqa: E402
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
-from elmokit.pretraining.tokenizers import wordpiece_from_vocab  # noqa: E402
+from elmokit.text.subword_tokenizers import wordpiece_from_vocab  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import torch  # noqa: E402
 
 from elmokit.pretraining import knowledge as K  # noqa: E402
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
-from elmokit.pretraining.tokenizers import encode_words, train_wordpiece  # noqa: E402
+from elmokit.text.subword_tokenizers import encode_words, train_wordpiece  # noqa: E402
 
 WORDS = "Harry Potter is a famous novel by J. K. Rowling and the old black cat sat on the mat .".split()
 UPOS = "PROPN PROPN AUX DET ADJ NOUN ADP PROPN PROPN PROPN CCONJ DET ADJ ADJ NOUN VERB ADP DET NOUN PUNCT".split()

@@ -16,8 +16,8 @@ from elmokit.pretraining import knowledge as K  # noqa: E402
 from elmokit.pretraining.corpus import SpecialIds, encode_document, segments  # noqa: E402
 from elmokit.pretraining.knowledge_zh import ChineseUnits, EntityCache, tag_entity_cache  # noqa: E402
 from elmokit.pretraining.masking import MASK, RANDOM, MaskingVocab  # noqa: E402
-from elmokit.pretraining.tokenizers import encode_words, train_wordpiece  # noqa: E402
 from elmokit.tasks.zh_data import parse_peoples_daily_line, peoples_daily_entities_bio, read_peoples_daily_ner  # noqa: E402
+from elmokit.text.subword_tokenizers import encode_words, train_wordpiece  # noqa: E402
 
 # jieba-style words of three sentences; entities by hand as character ranges of each sentence's text
 SENTENCES = [

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from elmokit.pretraining.masking import MaskingRates, MaskingVocab  # noqa: E402
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
 from elmokit.pretraining.seq2seq import mass, mass_example  # noqa: E402
-from elmokit.pretraining.tokenizers import encode_words, wordpiece_from_vocab  # noqa: E402
+from elmokit.text.subword_tokenizers import encode_words, wordpiece_from_vocab  # noqa: E402
 
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat", "."], ["a", "doggy", "!"], ["unbelievable"],
              ["the", "cats", "sat", "on", "a", "dog", "x", "x", "."]]

@@ -13,8 +13,8 @@ import torch  # noqa: E402
 
 from elmokit.pretraining.models import FAMILIES, build_model, non_embedding_parameters, preset  # noqa: E402
 from elmokit.pretraining.representation import TransformerRepresentation  # noqa: E402
-from elmokit.pretraining.tokenizers import train_byte_bpe  # noqa: E402
 from elmokit.representation import fingerprint, load_representation  # noqa: E402
+from elmokit.text.subword_tokenizers import train_byte_bpe  # noqa: E402
 
 SENTENCES = [["the", "cats", "sat", "on", "a", "mat", "."], ["unbelievable", "!"], ["a", "doggy"], [], ["x"] * 9]
 # pieces by hand (HAND_VOCAB, with [CLS] at 0): cats = cat ##s, unbelievable = un ##believ ##able, doggy = dog ##gy

@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from elmokit.pretraining import objectives  # noqa: E402
 from elmokit.pretraining.masking import MaskingVocab, nsp_pairs  # noqa: E402
 from elmokit.pretraining.models import build_model, preset, special_ids  # noqa: E402
-from elmokit.pretraining.tokenizers import encode_words, train_wordpiece  # noqa: E402
+from elmokit.text.subword_tokenizers import encode_words, train_wordpiece  # noqa: E402
 
 
 def _gutenberg_lines(n: int) -> list[str]:

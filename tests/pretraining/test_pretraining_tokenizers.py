@@ -9,7 +9,7 @@ need_transformers()
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: E402
 
-from elmokit.pretraining.tokenizers import encode_words, train_byte_bpe, train_wordpiece  # noqa: E402
+from elmokit.text.subword_tokenizers import encode_words, train_byte_bpe, train_wordpiece  # noqa: E402
 
 LINES = ["The quick brown fox jumps over the lazy dog.", "Unbelievably, she said: 'hello there'!",
          "A caterpillar's metamorphosis is slow.", "Ünïcödé words and émigrés, naïve café."] * 20

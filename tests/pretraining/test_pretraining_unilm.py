@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 from elmokit.pretraining import unilm as U  # noqa: E402
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
-from elmokit.pretraining.tokenizers import wordpiece_from_vocab  # noqa: E402
+from elmokit.text.subword_tokenizers import wordpiece_from_vocab  # noqa: E402
 
 
 def _expected(mode, n, src):

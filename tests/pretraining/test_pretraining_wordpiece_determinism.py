@@ -12,7 +12,7 @@ from pretraining_testkit import need_transformers
 
 need_transformers()
 
-from elmokit.pretraining.tokenizers import WORDPIECE_SPECIALS, train_wordpiece  # noqa: E402
+from elmokit.text.subword_tokenizers import WORDPIECE_SPECIALS, train_wordpiece  # noqa: E402
 
 PREFIX = "##"
 

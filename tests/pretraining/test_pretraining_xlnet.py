@@ -18,7 +18,7 @@ from elmokit.pretraining.permutation import (  # noqa: E402
     compact_targets,
     contiguous_streams,
 )
-from elmokit.pretraining.tokenizers import wordpiece_from_vocab  # noqa: E402
+from elmokit.text.subword_tokenizers import wordpiece_from_vocab  # noqa: E402
 
 T = 12
 
@@ -180,7 +180,7 @@ def test_the_run_stream_reads_whole_shards_as_continuing_rows(tmp_path):
     from pretraining_testkit import write_document_corpus
 
     from elmokit.pretraining.corpus import ExampleStream, encode_document, read_documents
-    from elmokit.pretraining.tokenizers import load_tokenizer, train_wordpiece
+    from elmokit.text.subword_tokenizers import load_tokenizer, train_wordpiece
 
     corpus = tmp_path / "docs.txt"
     write_document_corpus(corpus, documents=8)

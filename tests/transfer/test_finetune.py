@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
-from elmokit.pretraining.tokenizers import train_byte_bpe, wordpiece_from_vocab  # noqa: E402
+from elmokit.text.subword_tokenizers import train_byte_bpe, wordpiece_from_vocab  # noqa: E402
 from elmokit.transfer.finetune import (  # noqa: E402
     FineTuned,
     FineTunedClassifier,

@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
-from elmokit.pretraining.tokenizers import encode_words, train_byte_bpe, wordpiece_from_vocab  # noqa: E402
+from elmokit.text.subword_tokenizers import encode_words, train_byte_bpe, wordpiece_from_vocab  # noqa: E402
 from elmokit.transfer.finetune import FineTuneOptions, load_base  # noqa: E402
 from elmokit.transfer.finetune_pairs import (  # noqa: E402
     GPT_DELIMITER,

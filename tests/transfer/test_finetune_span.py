@@ -15,9 +15,9 @@ import torch  # noqa: E402
 
 from elmokit.errors import UserError  # noqa: E402
 from elmokit.pretraining.models import build_model, preset  # noqa: E402
-from elmokit.pretraining.tokenizers import wordpiece_from_vocab  # noqa: E402
 from elmokit.tasks.metrics import squad_scores  # noqa: E402
 from elmokit.tasks.squad_data import squad_examples  # noqa: E402
+from elmokit.text.subword_tokenizers import wordpiece_from_vocab  # noqa: E402
 from elmokit.transfer.finetune import FineTuneOptions, load_base  # noqa: E402
 from elmokit.transfer.finetune_span import (  # noqa: E402
     SpanFineTuned,

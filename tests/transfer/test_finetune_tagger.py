@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from elmokit.pretraining.models import ModelPreset, build_model  # noqa: E402
-from elmokit.pretraining.tokenizers import encode_words, wordpiece_from_vocab  # noqa: E402
 from elmokit.tasks.data import TaggedCorpus  # noqa: E402
+from elmokit.text.subword_tokenizers import encode_words, wordpiece_from_vocab  # noqa: E402
 from elmokit.transfer.finetune import FineTuneOptions, load_base  # noqa: E402
 from elmokit.transfer.finetune_tagger import (  # noqa: E402
     FineTunedTagger,

@@ -26,8 +26,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from elmokit.formats import CONFIG_NAME, load_bilm, resolve_model_path, save_native, save_original
     from elmokit.io import atomic_path
+    from elmokit.representation import require_elmo_folder
     from elmokit.warm_state import WARM_STATE_NAME
 
+    require_elmo_folder(args.source, "elmokit convert")
     source = resolve_model_path(args.source)
     target = args.to or ("original" if (source / CONFIG_NAME).exists() else "native")
     bilm = load_bilm(source)

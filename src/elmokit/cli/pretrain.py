@@ -68,7 +68,7 @@ def _default_text(field_name: str) -> str:
 
 
 def register(subparsers) -> None:
-    from elmokit.pretraining.objectives import OBJECTIVES
+    from elmokit.pretraining.registry import OBJECTIVES
 
     parser = subparsers.add_parser(
         "pretrain",

@@ -32,8 +32,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from elmokit.formats import load_bilm, resolve_model_path
+    from elmokit.representation import require_elmo_folder
     from elmokit.warm_state import compute_warm_state, read_warmup_text, save_warm_state
 
+    require_elmo_folder(args.model, "elmokit warm-state")
     apply_threads(args)
     directory = resolve_model_path(args.model)
     sentences = read_warmup_text(args.text) if args.text else None

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from elmokit.errors import UserError
 
@@ -143,7 +144,6 @@ def train_epochs(
         epoch_batches = batches(epoch)
         of = f"/{len(epoch_batches)}" if hasattr(epoch_batches, "__len__") else ""
         if bar:
-            from tqdm import tqdm
 
             epoch_batches = tqdm(epoch_batches, desc=f"{description} {epoch}", unit="batch", leave=False)
         total, weight_sum, skipped = 0.0, 0.0, 0

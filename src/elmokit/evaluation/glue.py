@@ -27,6 +27,7 @@ MRPC's and STS-B's labelled test files are not used, so every GLUE column is a G
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from elmokit.data_paths import shared_data
+from elmokit.evaluation.sst import read_sst, sst_task
+from elmokit.features import feature_source
 from elmokit.tasks import metrics as M
 from elmokit.tasks.data import DataFileError
 from elmokit.tasks.pair_data import (
@@ -46,6 +49,9 @@ from elmokit.tasks.pair_data import (
     read_sick,
     read_stsb,
 )
+from elmokit.tasks.pair_model import PairFeatures, train_pair_model
+from elmokit.transfer.finetune import FineTuneOptions
+from elmokit.transfer.finetune_pairs import finetune_pairs
 
 DEV_SLICE_SEED = 0
 DEV_FRACTION = 0.1
@@ -103,8 +109,6 @@ def _need(path: Path) -> Path:
 
 
 def _sst2(folder: Path, split: str) -> PairData:
-    from elmokit.evaluation.sst import read_sst, sst_task
-
     path = _need(folder / f"{split}.txt")
     sentences, labels = read_sst(path)
     kept, names = sst_task(sentences, labels, binary=True)
@@ -158,8 +162,6 @@ def run_feature_task(rep, task: GlueTask, splits: dict[str, PairData], *, seed: 
                      architecture: str = "infersent", **train_options) -> dict:
     """Frozen features of ``rep`` into the pair model (``elmokit.tasks.pair_model``); one seed.
     ``architecture="esim"`` applies to the pair tasks; single-sentence tasks always use InferSent's encoder."""
-    from elmokit.features import feature_source
-    from elmokit.tasks.pair_model import PairFeatures, train_pair_model
 
     features = {}
     for split, data in splits.items():
@@ -183,10 +185,7 @@ def run_finetune_task(folder, task: GlueTask, splits: dict[str, PairData], *, se
                       patience: int | None = None, log=None) -> dict:
     """Fine-tune the transformer ``folder`` with BERT's or GPT's input for the task
     (``elmokit.transfer.finetune_pairs``); one seed. ``options``: a ``FineTuneOptions`` (its seed is replaced)."""
-    import dataclasses
 
-    from elmokit.transfer.finetune import FineTuneOptions
-    from elmokit.transfer.finetune_pairs import finetune_pairs
 
     options = dataclasses.replace(options or FineTuneOptions(), seed=seed)
     kind = task.gpt_input

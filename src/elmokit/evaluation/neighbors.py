@@ -34,9 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
+from elmokit.representation import fingerprint
 
 FORMAT_VERSION = 1
 META_NAME = "meta.json"
@@ -169,8 +171,6 @@ class NeighborIndex:
             ]
             starts = range(0, len(sentences), batch_sentences)
             if progress:
-                from tqdm import tqdm
-
                 starts = tqdm(starts, desc=f"indexing with {rep.name}", unit="batch")
             for start in starts:
                 batch = sentences[start : start + batch_sentences]
@@ -289,8 +289,6 @@ class NeighborIndex:
 
 def _fingerprint(rep) -> str | None:
     try:
-        from elmokit.representation import fingerprint
-
         return fingerprint(rep)
     except (ImportError, TypeError):
         return None

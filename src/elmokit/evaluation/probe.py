@@ -22,6 +22,7 @@ import torch
 
 from elmokit.data_paths import shared_data
 from elmokit.features import stack_token_features
+from elmokit.tasks.data import read_conllu
 
 # Table 6 of Peters et al. (2018), POS tagging accuracy (PTB WSJ test) of a linear probe per layer.
 PAPER_TABLE6_POS = {1: 97.3, 2: 96.8}  # biLM first layer, second layer
@@ -32,8 +33,6 @@ TaggedSentences = tuple[list[list[str]], list[list[str]]]  # (token lists, tag l
 
 def ud_ewt_splits(data_dir: str | os.PathLike | None = None, *, max_sentences: int | None = None):
     """{"train"|"dev"|"test": (sentences, tags)} from UD English-EWT; optionally the first N of each."""
-    from elmokit.tasks.data import read_conllu
-
     folder = Path(data_dir) if data_dir is not None else shared_data("ud_english_ewt")
     splits = {}
     for split in ("train", "dev", "test"):

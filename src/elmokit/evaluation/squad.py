@@ -14,8 +14,12 @@ import os
 from pathlib import Path
 
 from elmokit.data_paths import shared_data
+from elmokit.features import feature_source
 from elmokit.tasks.metrics import squad_scores
+from elmokit.tasks.span_reader import SquadFeatures, train_reader
 from elmokit.tasks.squad_data import SquadData, read_squad, split_by_article, squad_examples
+from elmokit.transfer.finetune import FineTuneOptions
+from elmokit.transfer.finetune_span import finetune_span
 
 SQUAD_FILE = "dev-v1.1.json.xz"
 
@@ -34,9 +38,6 @@ def squad_splits(data_dir: str | os.PathLike | None = None, *, max_train: int | 
 
 
 def run_feature_squad(rep, splits: dict[str, SquadData], *, seed: int, cache_dir, log=None, **train_options) -> dict:
-    from elmokit.features import feature_source
-    from elmokit.tasks.span_reader import SquadFeatures, train_reader
-
     features = {name: SquadFeatures(data, feature_source(rep, [p.words for p in data.paragraphs], cache_dir),
                                     feature_source(rep, [q.words for q in data.questions], cache_dir))
                 for name, data in splits.items()}
@@ -50,9 +51,6 @@ def run_feature_squad(rep, splits: dict[str, SquadData], *, seed: int, cache_dir
 
 def run_finetune_squad(folder, splits: dict[str, SquadData], *, seed: int, options=None, patience: int | None = None,
                        max_answer_words: int = 30, log=None) -> dict:
-    from elmokit.transfer.finetune import FineTuneOptions
-    from elmokit.transfer.finetune_span import finetune_span
-
     options = dataclasses.replace(options or FineTuneOptions(), seed=seed)
     tuned, result = finetune_span(folder, splits["train"], splits["dev"], options=options, patience=patience,
                                   max_answer_words=max_answer_words, log=log)

@@ -24,6 +24,7 @@ from typing import Any
 from elmokit.data_paths import shared_data
 from elmokit.errors import UserError
 from elmokit.evaluation.segmentation import read_dictionary, score_segmentation
+from elmokit.representation import CharAlignedWords
 from elmokit.tasks.data import TaggedCorpus, read_conll, read_conllu
 from elmokit.tasks.tagger import TaggerConfig, TrainOptions, main_metric, train_tagger
 from elmokit.tasks.zh_data import (
@@ -36,6 +37,8 @@ from elmokit.tasks.zh_data import (
     read_segmented,
     read_weibo_ner,
 )
+from elmokit.text.segmenters import SEGMENTER_KINDS
+from elmokit.transfer.finetune_tagger import TAGGING_DEFAULTS, finetune_tagger
 
 logger = logging.getLogger(__name__)
 
@@ -116,12 +119,9 @@ def for_characters(representation, spec: dict | None) -> tuple[Any, dict, str]:
     An ELMo model that records a segmenter (the Chinese model: jieba) is aligned: each character gets
     the vectors of its word (``elmokit.representation.CharAlignedWords``, spec ``"align": "chars"``).
     Any other representation is fed the characters as its tokens."""
-    from elmokit.representation import CharAlignedWords
-
     spec = dict(spec or {})
     if isinstance(representation, CharAlignedWords):
         return representation, spec, "characters given the vectors of their segmenter words"
-    from elmokit.text.segmenters import SEGMENTER_KINDS
 
     segmenter = getattr(getattr(representation, "tokenizer", None), "kind", None)  # elmokit's Tokenizer of a model
     if segmenter in SEGMENTER_KINDS and spec.get("kind") in ("elmo", None):
@@ -264,8 +264,6 @@ def run_finetune_benchmark(
     transformer in ``folder`` trained end to end with a linear layer (or CRF) on each word's first
     sub-token; the same data, subsets and result fields (``elmo`` is "finetune", no layer weights).
     Word-level data sets only (NER, POS)."""
-    from elmokit.transfer.finetune_tagger import TAGGING_DEFAULTS, finetune_tagger
-
     log = log or logger.info
     results = []
     for name in dataset_names:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+from tqdm import tqdm
 
 from elmokit.errors import UserError
 from elmokit.io import atomic_path
@@ -262,7 +263,6 @@ def embed_file(
 def _embed(embedder, source, name, output_path, *, output_format, use_sentence_keys, forget_sentences,
            allow_empty_lines, progress) -> EmbedFileSummary:
     import h5py
-    from tqdm import tqdm
 
     total = scan_input(source, use_sentence_keys=use_sentence_keys, allow_empty_lines=allow_empty_lines, name=name)
     record_index = not (forget_sentences or use_sentence_keys)

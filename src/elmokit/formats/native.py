@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.numpy import load_file, save_file
 
 from elmokit.bilm import BiLM  # the model defines the shapes; formats import it, never the reverse
 from elmokit.bilm_config import BiLMConfig
@@ -39,8 +40,6 @@ def write_native(
     *,
     model_card: str | None = None,
 ) -> Path:
-    from safetensors.numpy import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     arrays = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in state.items()}
@@ -77,8 +76,6 @@ def read_native(directory: str | os.PathLike) -> tuple[BiLMConfig, dict[str, np.
 def read_weights_file(path: Path) -> dict[str, np.ndarray]:
     """A safetensors file of float weights -> arrays; ``ModelFolderError`` naming the file if it is
     damaged (truncated, empty, not safetensors) or holds NaN or infinity."""
-    from safetensors.numpy import load_file
-
     try:
         state = load_file(str(path))
     except Exception as error:  # safetensors raises its own error types for a damaged file

@@ -7,7 +7,7 @@ a sentence into words with elmokit's regex tokenizer (``\\w+|[^\\w\\s]``, BERT's
 accents), and the words into subword pieces with the run's tokenizer (``tokenizers.encode_words``,
 so every word keeps its word index: whole-word and span masking need it).
 
-Examples, per ``EXAMPLE_READERS`` entry (``objectives.OBJECTIVES`` names one per objective). Every
+Examples, per ``EXAMPLE_READERS`` entry (``registry.OBJECTIVES`` names one per objective). Every
 reader gets the documents of one file (a *shard*) as ``Document``s and a ``numpy`` generator; inputs
 longer than ``max_tokens`` are cut into windows, so no example is longer than the model's positions:
 
@@ -23,7 +23,7 @@ longer than ``max_tokens`` are cut into windows, so no example is longer than th
 The stream (``ExampleStream``): epoch ``e`` visits the shards in an order drawn from ``(seed, e)``;
 a shard's examples are built with a generator seeded from ``(seed, e, shard)`` (so NSP pairs are
 redrawn each epoch, like BERT's ``dupe_factor``) and emitted in a permutation drawn from the same
-seed. A ``training.data.Position`` ``(epoch, shard, offset)`` says where it stands; resuming rebuilds
+seed. A ``text.corpus.Position`` ``(epoch, shard, offset)`` says where it stands; resuming rebuilds
 that shard and skips ``offset`` examples, so nothing but the position is saved. A shard's documents
 are held in memory while its examples are built: split a large corpus into shards (files).
 """
@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from elmokit.pretraining.masking import nsp_pairs, pack_full_sentences
-from elmokit.pretraining.tokenizers import encode_words
-from elmokit.text.corpus import CorpusError, Tokenizer, expand_patterns, open_text
-from elmokit.training.data import Position
+from elmokit.pretraining.permutation import batchified_streams, document_streams
+from elmokit.text.corpus import CorpusError, Position, Tokenizer, expand_patterns, open_text
+from elmokit.text.subword_tokenizers import encode_words
 
 # a sentence ends after . ! or ? (optionally closed by a quote or bracket) followed by white space
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’)\]])\s+")
@@ -105,7 +105,7 @@ class SpecialIds:
 # --------------------------------------------------------------------------- the readers
 
 
-def _windows(ids: list[int], word_ids: list[int], capacity: int) -> Iterator[tuple[list[int], list[int]]]:
+def sentence_windows(ids: list[int], word_ids: list[int], capacity: int) -> Iterator[tuple[list[int], list[int]]]:
     """Cut one sentence into pieces of at most ``capacity`` tokens, at word boundaries where a word fits."""
     start = 0
     while start < len(ids):
@@ -159,7 +159,7 @@ def segments(documents: list[Document], *, max_tokens: int, special: SpecialIds,
                 emit(ids, words)
                 ids, words = [], []
             if len(sentence_ids) > capacity:
-                for piece_ids, piece_words in _windows(sentence_ids, sentence_words, capacity):
+                for piece_ids, piece_words in sentence_windows(sentence_ids, sentence_words, capacity):
                     emit(piece_ids, piece_words)
                 continue
             # a sentence's word indices restart at 0: shift them past the previous sentence's
@@ -185,8 +185,6 @@ def causal(documents: list[Document], *, max_tokens: int, special: SpecialIds, r
 
 def documents(documents: list[Document], **kwargs) -> list[dict]:
     """One example per document, its text whole (``permutation.document_streams``)."""
-    from elmokit.pretraining.permutation import document_streams
-
     return document_streams(documents, **kwargs)
 
 
@@ -199,8 +197,6 @@ def segment_rows(documents: list[Document], *, max_tokens: int, special: Special
     row i of the next segment continues row i. Each example: ``input_ids`` (T,), ``segment_index`` (0 at
     the shard's first segment: the memory starts afresh there). The stream keeps this order
     (``ORDERED_READERS``); the shard's tail shorter than a segment in some row is dropped."""
-    from elmokit.pretraining.permutation import batchified_streams, document_streams
-
     streams = document_streams([documents[i] for i in rng.permutation(len(documents))])
     separator = special.sep if special.sep is not None else special.eos
     return [{"input_ids": segment[i], "segment_index": k}

@@ -48,8 +48,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmokit.io import atomic_directory
+from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
 from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, mask_tokens
-from elmokit.pretraining.objectives import ObjectiveLoss, _chunks, _field, collate
+from elmokit.text.subword_tokenizers import encode_words
 
 DISTILBERT_WEIGHTS = {"ce": 5.0, "mlm": 2.0, "cos": 1.0}  # the README's --alpha_ce/--alpha_mlm/--alpha_cos
 DISTILBERT_TEMPERATURE = 2.0
@@ -191,10 +193,11 @@ class DistillationObjective:
         return {"projection": self.projection} if isinstance(self.projection, nn.Linear) else {}
 
     def batches(self, examples, *, batch_size: int, rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]:
-        for chunk in _chunks(examples, batch_size):
+        for chunk in chunks(examples, batch_size):
             rows = []
             for e in chunk:
-                masked = mask_tokens(_field(e, "input_ids"), self.vocab, rng, word_ids=_field(e, "word_ids"), rates=self.rates)
+                masked = mask_tokens(example_field(e, "input_ids"), self.vocab, rng, word_ids=example_field(e, "word_ids"),
+                                     rates=self.rates)
                 rows.append({"input_ids": masked.input_ids, "labels": masked.labels})
             yield collate(rows, pad_id=self.pad_id)
 
@@ -242,8 +245,6 @@ class DistillationObjective:
 
 def read_segments(paths: Iterable[str | os.PathLike], tokenizer, *, max_tokens: int) -> list[dict]:
     """One example per non-empty line (whitespace words, WordPiece pieces), cut to ``max_tokens``."""
-    from elmokit.pretraining.tokenizers import encode_words
-
     examples = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -265,8 +266,6 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
     """Distil the teacher folder into a student saved at ``out_dir`` (written atomically); returns the
     last step's losses. A plain loop: Adam, ``steps`` batches cycling over the corpus lines."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-    from elmokit.io import atomic_directory
 
     if not (Path(teacher_dir) / "config.json").is_file():
         raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a transformers model folder")

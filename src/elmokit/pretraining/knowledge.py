@@ -53,8 +53,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
+from elmokit.pretraining.knowledge_zh import ChineseUnits, EntityCache
 from elmokit.pretraining.masking import BERT_RATES, MaskingRates, MaskingVocab, mask_phrases, mask_whole_words
-from elmokit.pretraining.objectives import MaskedLMObjective, ObjectiveLoss, _chunks, _field, collate
+from elmokit.pretraining.objectives import MaskedLMObjective
+from elmokit.tasks.data import bio_spans
+from elmokit.tasks.tagger.saved import SequenceTagger
 
 Span = tuple[int, int]
 SpanSource = Callable[[Sequence[Sequence[str]]], list[list[Span]]]
@@ -158,25 +162,6 @@ class UnigramPosTagger:
 
 
 # --------------------------------------------------------------------------- entities
-
-
-def bio_spans(tags: Sequence[str]) -> list[tuple[int, int, str]]:
-    """(start, end, type) of the entities in BIO or BIOES tags (an I- after O or after another type
-    starts an entity, as conlleval)."""
-    spans: list[tuple[int, int, str]] = []
-    start, kind = None, None
-    for i, tag in enumerate([*tags, "O"]):
-        prefix, _, label = tag.partition("-")
-        continues = prefix in ("I", "E") and start is not None and label == kind
-        if start is not None and not continues:
-            spans.append((start, i, kind))
-            start = kind = None
-        if prefix in ("B", "S") or (prefix in ("I", "E") and start is None):
-            start, kind = i, label
-        if prefix in ("E", "S") and start is not None:
-            spans.append((start, i + 1, kind))
-            start = kind = None
-    return spans
 
 
 _SENTENCE_END = frozenset({".", "!", "?"})
@@ -328,16 +313,16 @@ class ErnieObjective:
 
     def spans(self, example, stage: str) -> list[Span]:
         key = "phrases" if stage == "phrase" else "entities"
-        given = _field(example, key)
+        given = example_field(example, key)
         if given is not None:
             return [tuple(s) for s in given]
         if self.tokenizer is None:
             raise ValueError(f"example has no {key!r} and the objective has no tokenizer to read its words")
-        words = words_from_pieces(self.tokenizer, _field(example, "input_ids"), _field(example, "word_ids"))
+        words = words_from_pieces(self.tokenizer, example_field(example, "input_ids"), example_field(example, "word_ids"))
         return self.sources[stage]([words])[0]
 
     def mask(self, example, stage: str, rng: np.random.Generator):
-        ids, word_ids = _field(example, "input_ids"), _field(example, "word_ids")
+        ids, word_ids = example_field(example, "input_ids"), example_field(example, "word_ids")
         if self.chinese is not None:  # every character a unit; phrases and entities as ranges of characters
             token_word_ids, spans = self.chinese.units(ids, word_ids, stage)
             if stage == "basic":
@@ -352,7 +337,7 @@ class ErnieObjective:
 
     def batches(self, examples, *, batch_size: int, rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]:
         """BERT-style batches (input_ids, labels, attention_mask (B, T)) plus ``stage`` () 0/1/2."""
-        for chunk in _chunks(examples, batch_size):
+        for chunk in chunks(examples, batch_size):
             stage = self.schedule.stage(self.batches_done)
             rows = []
             for e in chunk:
@@ -375,8 +360,6 @@ def load_tagger(path: str | Path):
     if path.is_file() and path.suffix in (".conllu", ".conll"):
         return UnigramPosTagger.from_conllu(path)
     if path.is_dir():
-        from elmokit.tasks.tagger.saved import SequenceTagger
-
         return SequenceTagger.load(path)
     raise FileNotFoundError(f"{path}: not a CoNLL-U file (.conllu) nor an elmokit tagger folder")
 
@@ -412,8 +395,6 @@ def ernie_from_options(tokenizer, options: Mapping) -> ErnieObjective:
     vocab = MaskingVocab.from_tokenizer(tokenizer)
     entities = options.get("ernie_entities") or options.get("ner_tagger")
     if language == "zh":
-        from elmokit.pretraining.knowledge_zh import ChineseUnits, EntityCache
-
         if options.get("pos_tagger"):
             raise ValueError("Chinese ERNIE's phrases are the segmented corpus's words; it takes no POS tagger")
         if "entity" in stages and not entities:

@@ -36,7 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from elmokit.io import atomic_path
+from elmokit.pretraining.corpus import sentence_windows, split_sentences
 from elmokit.pretraining.masking import MaskingVocab
+from elmokit.tasks.data import bio_spans
+from elmokit.text.segmenters import check_segmenter, segment
+from elmokit.text.subword_tokenizers import backend_tokenizer
 
 Span = tuple[int, int]
 KEY = 4  # cached lines are indexed by their first KEY token ids (fewer for a shorter line)
@@ -50,8 +54,6 @@ def segment_corpus(source: str | os.PathLike, target: str | os.PathLike, *, segm
     """Write ``source`` (one unsegmented line a sentence) to ``target`` with its words separated by spaces
     (``elmokit.text.segmenters.segment``); blank lines stay blank. Written aside, then renamed. Returns the
     number of lines."""
-    from elmokit.text.segmenters import check_segmenter, segment
-
     check_segmenter(segmenter)
     count = 0
     Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -68,8 +70,6 @@ def tag_entity_cache(tagger, lines: Iterable[str], target: str | os.PathLike, *,
     and write the lines that hold an entity to ``target`` as JSON lines (see the module docstring; the line
     is kept with its spaces, so its words, and so the corpus reader's windows, can be rebuilt).
     Returns counts: lines, lines with entities, entities per type."""
-    from elmokit.pretraining.knowledge import bio_spans
-
     counts = {"lines": 0, "lines_with_entities": 0, "entities": {}}
     Path(target).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp, open(tmp, "w", encoding="utf-8") as out:
@@ -106,15 +106,12 @@ class EntityCache:
         rows: ``(line, [(start, end, type), ...])`` per corpus line (ranges over its characters without spaces).
         tokenizer: the run's tokenizer (a transformers fast tokenizer).
         window: the segment capacity (``max_tokens - 2``): a sentence longer than that reaches the examples
-            cut into windows at word boundaries (``corpus._windows``), so each window is indexed on its own,
+            cut into windows at word boundaries (``corpus.sentence_windows``), so each window is indexed on its own,
             with the parts of the entities inside it.
     """
 
     def __init__(self, rows: Iterable[tuple[str, Sequence[Sequence]]], tokenizer, *, window: int | None = None) -> None:
-        from elmokit.pretraining.corpus import _windows, split_sentences
-        from elmokit.pretraining.tokenizers import _backend
-
-        backend = _backend(tokenizer)
+        backend = backend_tokenizer(tokenizer)
         self.index: dict[tuple[int, ...], dict[tuple[int, ...], list[Span]]] = {}
         self.lines = 0
         for text, entities in rows:
@@ -133,8 +130,8 @@ class EntityCache:
                         spans.append((inside[0], inside[-1] + 1))
                 char_start = int(word_start[-1])
                 ids, cut = list(encoding.ids), 0
-                # a sentence longer than a segment reaches the examples in windows (corpus._windows): index each
-                pieces = _windows(ids, list(encoding.word_ids), window) if window and len(ids) > window else [(ids, None)]
+                # a sentence longer than a segment reaches the examples in windows (corpus.sentence_windows): index each
+                pieces = sentence_windows(ids, list(encoding.word_ids), window) if window and len(ids) > window else [(ids, None)]
                 for piece, _ in pieces:
                     inside = [(max(s, cut) - cut, min(e, cut + len(piece)) - cut) for s, e in spans
                               if s < cut + len(piece) and e > cut]

@@ -179,7 +179,7 @@ def budget(n_maskable: int, rates: MaskingRates, max_predictions: int | None = N
     return min(k, n_maskable)
 
 
-def _corrupt(ids: np.ndarray, units: list[list[int]], vocab: MaskingVocab, rates: MaskingRates,
+def corrupt(ids: np.ndarray, units: list[list[int]], vocab: MaskingVocab, rates: MaskingRates,
              rng: np.random.Generator) -> Masked:
     """Apply 80/10/10 once per unit: one uniform draw decides the unit; random ids are drawn per position."""
     inputs = ids.copy()
@@ -223,7 +223,7 @@ def mask_tokens(ids, vocab: MaskingVocab, rng: np.random.Generator, *, word_ids=
     positions = np.flatnonzero(maskable(ids, word_ids, vocab))
     k = budget(len(positions), rates, max_predictions)
     chosen = np.sort(rng.permutation(positions)[:k])
-    return _corrupt(ids, [[int(p)] for p in chosen], vocab, rates, rng)
+    return corrupt(ids, [[int(p)] for p in chosen], vocab, rates, rng)
 
 
 def mask_whole_words(ids, word_ids, vocab: MaskingVocab, rng: np.random.Generator, *,
@@ -232,7 +232,7 @@ def mask_whole_words(ids, word_ids, vocab: MaskingVocab, rng: np.random.Generato
     ids = _as_ids(ids)
     words = words_of(ids, word_ids, vocab)
     k = budget(sum(map(len, words)), rates, max_predictions)
-    return _corrupt(ids, _greedy_units(words, k, rng), vocab, rates, rng)
+    return corrupt(ids, _greedy_units(words, k, rng), vocab, rates, rng)
 
 
 def mask_phrases(ids, word_ids, spans: Sequence[tuple[int, int]], vocab: MaskingVocab, rng: np.random.Generator, *,
@@ -252,7 +252,7 @@ def mask_phrases(ids, word_ids, spans: Sequence[tuple[int, int]], vocab: Masking
         taken[start:end] = True
         units.append([p for w in words[start:end] for p in w])
     k = budget(sum(map(len, words)), rates, max_predictions)
-    return _corrupt(ids, _greedy_units(units, k, rng), vocab, rates, rng)
+    return corrupt(ids, _greedy_units(units, k, rng), vocab, rates, rng)
 
 
 def span_length_probabilities(p: float = 0.2, max_words: int = 10) -> np.ndarray:
@@ -296,7 +296,7 @@ def mask_spans(ids, word_ids, vocab: MaskingVocab, rng: np.random.Generator, *, 
         spans.append(span)
     spans.sort()
     units = [[pos for w in span for pos in words[w]] for span in spans]
-    result = _corrupt(ids, units, vocab, rates, rng)
+    result = corrupt(ids, units, vocab, rates, rng)
     left, right, offset = (np.full(len(ids), -1, dtype=np.int64) for _ in range(3))
     for unit in units:
         before, after = unit[0] - 1, unit[-1] + 1
@@ -384,7 +384,7 @@ class NspPair:
     forced_random: bool = False
 
 
-def _truncate_pair(a: list, b: list, max_len: int, rng: np.random.Generator) -> None:
+def truncate_pair(a: list, b: list, max_len: int, rng: np.random.Generator) -> None:
     """google-research/bert ``truncate_seq_pair``: drop from the longer side, front or back at random."""
     while len(a) + len(b) > max_len:
         longer = a if len(a) > len(b) else b
@@ -448,7 +448,7 @@ def nsp_pairs(documents: Sequence[Sequence[Sequence[int]]], *, max_tokens: int, 
                         b = [t for s in chunk[a_end:] for t in tagged(d, s)]
                         b_source = (d, chunk[a_end], chunk[-1] + 1)
                     a_source = (d, chunk[0], chunk[a_end - 1] + 1)
-                    _truncate_pair(a, b, max_num_tokens, rng)
+                    truncate_pair(a, b, max_num_tokens, rng)
                     if a and b:
                         pairs.append(_pair(a, b, label, a_source, b_source, forced, cls_id, sep_id))
                 chunk, length = [], 0

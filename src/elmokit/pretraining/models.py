@@ -23,6 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
+import torch
+
+from elmokit.pretraining.permutation import xlnet_config
+from elmokit.pretraining.seq2seq import mass_config
+from elmokit.pretraining.unilm import unilm_config
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelPreset:
@@ -85,20 +91,14 @@ def _distilbert_config(p: ModelPreset, vocab_size: int, ids: dict):
 
 
 def _xlnet_config(p: ModelPreset, vocab_size: int, ids: dict):
-    from elmokit.pretraining.permutation import xlnet_config
-
     return xlnet_config(p, vocab_size, ids)
 
 
 def _unilm_config(p: ModelPreset, vocab_size: int, ids: dict):
-    from elmokit.pretraining.unilm import unilm_config
-
     return unilm_config(p, vocab_size, ids)
 
 
 def _mass_config(p: ModelPreset, vocab_size: int, ids: dict):
-    from elmokit.pretraining.seq2seq import mass_config
-
     return mass_config(p, vocab_size, ids)
 
 
@@ -142,8 +142,6 @@ def build_config(family: str, size: str | ModelPreset, *, vocab_size: int, **ids
 
 def build_model(family: str, size: str | ModelPreset, *, vocab_size: int, seed: int | None = 0, **ids):
     """A freshly initialised model (the library's own init), seeded without touching the caller's RNG."""
-    import torch
-
     config = build_config(family, size, vocab_size=vocab_size, **ids)
     cls = _class(FAMILIES[family][0])
     with torch.random.fork_rng(devices=[]):

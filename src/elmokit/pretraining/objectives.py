@@ -14,23 +14,23 @@ objective supplies its batches and its loss::
             # batches are a function of (examples, rng state): the loop saves the rng for exact resume
         def loss(self, model, batch) -> ObjectiveLoss: ...
 
-Not wired into ``elmokit.training`` yet (its trainer is being refactored); ``elmokit pretrain`` will
-call ``batches`` and ``loss`` from there.
+This module holds the interface's BERT and GPT families; ``batching`` the interface and the helpers every
+objective shares; ``registry`` the table ``elmokit pretrain --objective NAME`` reads.
 
 Shape legend: B batch, T tokens (padded), H hidden.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
 from elmokit.pretraining.heads import SpanBoundaryHead, masked_lm_loss, next_sentence_loss
 from elmokit.pretraining.masking import (
     BERT_RATES,
@@ -43,92 +43,24 @@ from elmokit.pretraining.masking import (
     mask_whole_words,
 )
 
-
-@dataclass
-class ObjectiveLoss:
-    """loss: the scalar to minimise (the paper's sum of mean losses). parts: each component's mean,
-    detached, for the metrics. n_targets: predicted positions; n_tokens: non-pad input tokens."""
-
-    loss: torch.Tensor
-    parts: dict[str, float] = field(default_factory=dict)
-    n_targets: int = 0
-    n_tokens: int = 0
-
-
-class Objective(Protocol):
-    name: str
-
-    def modules(self) -> dict[str, nn.Module]: ...
-
-    def batches(self, examples: Iterable[Any], *, batch_size: int,
-                rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]: ...
-
-    def loss(self, model, batch: Mapping[str, torch.Tensor]) -> ObjectiveLoss: ...
-
-
-# --------------------------------------------------------------------------- batching
-
-_PAD_VALUES = {"labels": IGNORE_INDEX, "token_type_ids": 0, "attention_mask": 0,
-               "span_left": -1, "span_right": -1, "span_offset": -1}
-
-
-def _field(example, name: str, default=None):
-    if isinstance(example, Mapping):
-        return example.get(name, default)
-    return getattr(example, name, default)
-
-
-def collate(rows: Sequence[Mapping[str, Any]], *, pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad per-sequence arrays to (B, T) tensors: input_ids with ``pad_id``, labels with -100,
-    token_type_ids / attention_mask with 0, span targets with -1; scalars (next_sentence_label) stack."""
-    T = max(len(r["input_ids"]) for r in rows)
-    out: dict[str, torch.Tensor] = {}
-    for name in rows[0]:
-        values = [r[name] for r in rows]
-        if np.ndim(values[0]) == 0:
-            out[name] = torch.tensor(np.asarray(values), dtype=torch.long)
-            continue
-        pad = pad_id if name == "input_ids" else _PAD_VALUES.get(name, 0)
-        array = np.full((len(rows), T), pad, dtype=np.int64)
-        for b, v in enumerate(values):
-            array[b, : len(v)] = v
-        out[name] = torch.from_numpy(array)
-    if "attention_mask" not in out:
-        mask = np.zeros((len(rows), T), dtype=np.int64)
-        for b, r in enumerate(rows):
-            mask[b, : len(r["input_ids"])] = 1
-        out["attention_mask"] = torch.from_numpy(mask)
-    return out
-
-
-def _chunks(examples: Iterable[Any], batch_size: int) -> Iterator[list]:
-    chunk = []
-    for example in examples:
-        chunk.append(example)
-        if len(chunk) == batch_size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 # --------------------------------------------------------------------------- masked LM family
 
+
 def _tokens(example, vocab, rng, rates):
-    return mask_tokens(_field(example, "input_ids"), vocab, rng, word_ids=_field(example, "word_ids"), rates=rates)
+    return mask_tokens(example_field(example, "input_ids"), vocab, rng, word_ids=example_field(example, "word_ids"), rates=rates)
 
 
 def _whole_words(example, vocab, rng, rates):
-    return mask_whole_words(_field(example, "input_ids"), _field(example, "word_ids"), vocab, rng, rates=rates)
+    return mask_whole_words(example_field(example, "input_ids"), example_field(example, "word_ids"), vocab, rng, rates=rates)
 
 
 def _spans(example, vocab, rng, rates):
-    return mask_spans(_field(example, "input_ids"), _field(example, "word_ids"), vocab, rng, rates=rates)
+    return mask_spans(example_field(example, "input_ids"), example_field(example, "word_ids"), vocab, rng, rates=rates)
 
 
 def _phrases(example, vocab, rng, rates):
-    return mask_phrases(_field(example, "input_ids"), _field(example, "word_ids"), _field(example, "phrases", ()),
-                        vocab, rng, rates=rates)
+    return mask_phrases(example_field(example, "input_ids"), example_field(example, "word_ids"),
+                        example_field(example, "phrases", ()), vocab, rng, rates=rates)
 
 
 SCHEMES: dict[str, Callable] = {"tokens": _tokens, "whole_words": _whole_words, "spans": _spans, "phrases": _phrases}
@@ -158,17 +90,17 @@ class MaskedLMObjective:
     def mask(self, example, rng: np.random.Generator) -> dict[str, np.ndarray]:
         masked = SCHEMES[self.scheme](example, self.vocab, rng, self.rates)
         row: dict[str, Any] = {"input_ids": masked.input_ids, "labels": masked.labels}
-        token_types = _field(example, "token_type_ids")
+        token_types = example_field(example, "token_type_ids")
         if token_types is not None:
             row["token_type_ids"] = np.asarray(token_types, dtype=np.int64)
         if self.nsp:
-            row["next_sentence_label"] = int(_field(example, "next_sentence_label"))
+            row["next_sentence_label"] = int(example_field(example, "next_sentence_label"))
         if self.sbo_head is not None:
             row.update(span_left=masked.span_left, span_right=masked.span_right, span_offset=masked.span_offset)
         return row
 
     def batches(self, examples, *, batch_size: int, rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]:
-        for chunk in _chunks(examples, batch_size):
+        for chunk in chunks(examples, batch_size):
             yield collate([self.mask(e, rng) for e in chunk], pad_id=self.pad_id)
 
     def loss(self, model, batch: Mapping[str, torch.Tensor]) -> ObjectiveLoss:
@@ -200,8 +132,8 @@ class CausalLMObjective:
         return {}
 
     def batches(self, examples, *, batch_size: int, rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]:
-        for chunk in _chunks(examples, batch_size):
-            rows = [{"input_ids": np.asarray(_field(e, "input_ids"), dtype=np.int64)} for e in chunk]
+        for chunk in chunks(examples, batch_size):
+            rows = [{"input_ids": np.asarray(example_field(e, "input_ids"), dtype=np.int64)} for e in chunk]
             batch = collate(rows, pad_id=self.pad_id)
             batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)
             yield batch
@@ -244,110 +176,3 @@ def gpt(*, pad_id: int = 0) -> CausalLMObjective:
 
 def gpt2(*, pad_id: int = 0) -> CausalLMObjective:
     return CausalLMObjective("gpt2", pad_id=pad_id)
-
-
-# --------------------------------------------------------------------------- the table `elmokit pretrain` reads
-
-
-@dataclass(frozen=True)
-class ObjectiveSpec:
-    """How ``elmokit pretrain --objective NAME`` sets up an objective.
-
-    family: the ``models.FAMILIES`` entry of the model it trains. tokenizer: ``"wordpiece"`` (BERT's),
-    ``"roberta"`` or ``"gpt2"`` (byte-level BPE with that template; ``tokenizers.py``). examples: the
-    ``pretraining.corpus.EXAMPLE_READERS`` entry that turns documents into its examples. build:
-    ``build(tokenizer, model, options) -> Objective`` (``options``: the ``--sbo`` style switches, a dict).
-    """
-
-    name: str
-    family: str
-    tokenizer: str
-    examples: str
-    build: Callable[[Any, Any, Mapping[str, Any]], Objective]
-    summary: str = ""
-
-
-def _masking_vocab(tokenizer) -> MaskingVocab:
-    return MaskingVocab.from_tokenizer(tokenizer)
-
-
-def _build_spanbert(tokenizer, model, options: Mapping[str, Any]) -> MaskedLMObjective:
-    head = None
-    if options.get("sbo"):
-        head = SpanBoundaryHead(int(model.config.hidden_size), int(model.config.vocab_size))
-    return spanbert(_masking_vocab(tokenizer), pad_id=tokenizer.pad_token_id, sbo_head=head)
-
-
-# name -> spec. One entry per objective; new objectives add theirs with ``register``.
-OBJECTIVES: dict[str, ObjectiveSpec] = {}
-
-
-def register(spec: ObjectiveSpec) -> ObjectiveSpec:
-    """Add (or replace) an entry of ``OBJECTIVES``."""
-    OBJECTIVES[spec.name] = spec
-    return spec
-
-
-for _spec in (
-    ObjectiveSpec("bert", "bert", "wordpiece", "pairs",
-                  lambda tok, model, opts: bert(_masking_vocab(tok), pad_id=tok.pad_token_id),
-                  "MLM 15% 80/10/10 + next-sentence prediction on sentence pairs (Devlin et al. 2019)"),
-    ObjectiveSpec("roberta", "roberta", "roberta", "packed",
-                  lambda tok, model, opts: roberta(_masking_vocab(tok), pad_id=tok.pad_token_id),
-                  "dynamic MLM on FULL-SENTENCES packs, no NSP, byte-level BPE (Liu et al. 2019)"),
-    ObjectiveSpec("wwm", "bert-mlm", "wordpiece", "segments",
-                  lambda tok, model, opts: wwm(_masking_vocab(tok), pad_id=tok.pad_token_id),
-                  "whole-word masking, 80/10/10 per word (Cui et al. 2019)"),
-    ObjectiveSpec("spanbert", "bert-mlm", "wordpiece", "segments", _build_spanbert,
-                  "span masking on single segments, --sbo adds the span boundary objective (Joshi et al. 2020)"),
-    ObjectiveSpec("gpt", "gpt", "gpt2", "causal", lambda tok, model, opts: gpt(pad_id=_pad_or_eos(tok)),
-                  "causal LM, post-LN, learned positions (Radford et al. 2018)"),
-    ObjectiveSpec("gpt2", "gpt2", "gpt2", "causal", lambda tok, model, opts: gpt2(pad_id=_pad_or_eos(tok)),
-                  "causal LM, pre-LN, byte-level BPE (Radford et al. 2019)"),
-):
-    register(_spec)
-
-
-# issue 12's other objectives live in their own modules (which import this one): built lazily.
-def _build_xlnet(tokenizer, model, options: Mapping[str, Any]):
-    from elmokit.pretraining.permutation import PermutationLMObjective
-
-    # the segment is the run's example length (--max-tokens, else the preset's positions)
-    length = options.get("segment_length") or options.get("max_tokens") or model.config.mem_len
-    return PermutationLMObjective(tokenizer, segment_length=int(length))
-
-
-def _build_unilm(tokenizer, model, options: Mapping[str, Any]):
-    from elmokit.pretraining.unilm import unilm
-
-    return unilm(tokenizer, max_tokens=int(model.config.max_position_embeddings))
-
-
-def _build_mass(tokenizer, model, options: Mapping[str, Any]):
-    from elmokit.pretraining.seq2seq import mass
-
-    return mass(tokenizer)
-
-
-def _build_ernie(tokenizer, model, options: Mapping[str, Any]):
-    from elmokit.pretraining.knowledge import ernie_from_options
-
-    return ernie_from_options(tokenizer, options)
-
-
-for _spec in (
-    ObjectiveSpec("xlnet", "xlnet", "wordpiece", "segment_rows", _build_xlnet,
-                  "permutation LM, two-stream attention, segment memory over contiguous streams (Yang et al. 2019)"),
-    ObjectiveSpec("unilm", "unilm", "wordpiece", "segments", _build_unilm,
-                  "one BERT, bidirectional/seq2seq/left-to-right/right-to-left masks 1/3:1/3:1/6:1/6 (Dong et al. 2019)"),
-    ObjectiveSpec("mass", "mass", "wordpiece", "segments", _build_mass,
-                  "encoder-decoder, 50% contiguous fragment masked, decoder predicts it (Song et al. 2019)"),
-    ObjectiveSpec("ernie", "bert-mlm", "wordpiece", "segments", _build_ernie,
-                  "knowledge masking: whole words -> phrases -> entities in three stages (Sun et al. 2019)"),
-):
-    register(_spec)
-
-
-def _pad_or_eos(tokenizer) -> int:
-    pad = tokenizer.pad_token_id
-    return int(pad if pad is not None else tokenizer.eos_token_id)

@@ -64,8 +64,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmokit.pretraining.batching import ObjectiveLoss, example_field
 from elmokit.pretraining.masking import IGNORE_INDEX
-from elmokit.pretraining.objectives import ObjectiveLoss, _field
 
 
 def xlnet_config(p, vocab_size: int, ids: dict, *, segment_length: int | None = None):
@@ -97,7 +97,7 @@ def contiguous_streams(examples: Iterable[Any], batch_size: int, segment_length:
     buffers: list[list[int]] = [[] for _ in range(batch_size)]
     started = [False] * batch_size
     for example in examples:
-        ids = np.asarray(_field(example, "input_ids", example), dtype=np.int64).reshape(-1).tolist()
+        ids = np.asarray(example_field(example, "input_ids", example), dtype=np.int64).reshape(-1).tolist()
         if not ids:
             continue
         row = min(range(batch_size), key=lambda r: len(buffers[r]))
@@ -121,7 +121,7 @@ def batchified_streams(examples: Iterable[Any], batch_size: int, segment_length:
     The stream's last ``len % batch_size`` tokens and each row's last partial segment are dropped."""
     stream: list[int] = []
     for example in examples:
-        ids = np.asarray(_field(example, "input_ids", example), dtype=np.int64).reshape(-1).tolist()
+        ids = np.asarray(example_field(example, "input_ids", example), dtype=np.int64).reshape(-1).tolist()
         if not ids:
             continue
         if stream and separator_id is not None:
@@ -186,7 +186,7 @@ class PermutationLMObjective:
         """Segments of ``batch_size`` contiguous streams (``contiguous_streams``), in order: row i of
         batch k+1 continues row i of batch k. Each batch: input_ids (B, T), perm_mask (B, T, T), target_mapping (B, P, T),
         target_labels (B, P), labels (B, T) (per position), segment_index () (0 = a fresh stream)."""
-        if isinstance(examples, (list, tuple)) and examples and _field(examples[0], "segment_index") is not None:
+        if isinstance(examples, (list, tuple)) and examples and example_field(examples[0], "segment_index") is not None:
             yield self.segment_batch(examples, rng)  # rows already cut (the run's stream: corpus.segment_rows)
             return
         segments = contiguous_streams(examples, batch_size, self.segment_length, separator_id=self.separator_id)
@@ -195,11 +195,11 @@ class PermutationLMObjective:
 
     def segment_batch(self, rows, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         """One batch from rows of one segment (``corpus.segment_rows``: ``input_ids`` (T,), ``segment_index``)."""
-        indices = {int(_field(r, "segment_index")) for r in rows}
+        indices = {int(example_field(r, "segment_index")) for r in rows}
         if len(indices) != 1:
             raise ValueError(f"an XLNet batch must be the rows of one segment; got segment indices {sorted(indices)} "
                              "(the batch size must equal the rows the stream was cut with)")
-        segment = torch.from_numpy(np.stack([np.asarray(_field(r, "input_ids"), dtype=np.int64) for r in rows]))
+        segment = torch.from_numpy(np.stack([np.asarray(example_field(r, "input_ids"), dtype=np.int64) for r in rows]))
         return self._batch(segment, indices.pop(), rng)
 
     def _batch(self, segment: torch.Tensor, index: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:

@@ -47,7 +47,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from elmokit.pretraining.tokenizers import WordEncoding, encode_words
+from elmokit.formats.embedding_hdf5 import embed_file
+from elmokit.text.subword_tokenizers import WordEncoding, encode_words
 
 POOLINGS = ("first", "mean", "last")
 
@@ -225,6 +226,4 @@ class TransformerRepresentation:
 
     def embed_file(self, input_file, output_file, **options):
         """The HDF5 layout of ``Embedder.embed_file`` (``elmokit.formats.embedding_hdf5.embed_file``)."""
-        from elmokit.formats.embedding_hdf5 import embed_file
-
         return embed_file(self, input_file, output_file, **options)

@@ -65,15 +65,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from elmokit.configs import config_from_dict
 from elmokit.io import atomic_path
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
-from elmokit.pretraining.objectives import OBJECTIVES
-from elmokit.text.corpus import expand_patterns
+from elmokit.pretraining.registry import OBJECTIVES
+from elmokit.text.corpus import Position, expand_patterns
+from elmokit.text.subword_tokenizers import load_tokenizer, train_byte_bpe, train_wordpiece
 from elmokit.training.checkpoint import file_sha256, latest_checkpoint, latest_good_checkpoint, read_checkpoint, write_checkpoint
-from elmokit.training.data import Position
 from elmokit.training.distributed import DistributedContext
 from elmokit.training.loop import (
     MetricsLog,
@@ -303,7 +304,6 @@ class _PretrainRun:
             if not exists:
                 self._make_tokenizer(files, tokenizer_dir)
         context.barrier()
-        from elmokit.pretraining.tokenizers import load_tokenizer
 
         self.tokenizer = load_tokenizer(tokenizer_dir)
         self.stream = ExampleStream(corpus, tokenizer=self.tokenizer, reader=self.spec.examples,
@@ -343,8 +343,6 @@ class _PretrainRun:
 
     def _make_tokenizer(self, files: list[Path], target: Path) -> None:
         """The run's tokenizer folder: a copy of ``tokenizer_dir`` or one trained on the corpus (written aside, renamed)."""
-        from elmokit.pretraining.tokenizers import train_byte_bpe, train_wordpiece
-
         config, kind = self.config, self.spec.tokenizer
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -576,8 +574,6 @@ class _PretrainRun:
     def _count_flops(self, part: dict, tokens: int) -> None:
         """FLOPs of one forward + backward on the first global batch (torch.utils.flop_counter), into
         training.json. Under a forked RNG and with the gradients dropped after: the run is unchanged."""
-        from torch.utils.flop_counter import FlopCounterMode
-
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             counter = FlopCounterMode(display=False)
             with counter:

@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, _corrupt, maskable
-from elmokit.pretraining.objectives import ObjectiveLoss, _chunks, _field, collate
+from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
+from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, corrupt, maskable
 
 
 def mass_config(p, vocab_size: int, ids: dict):
@@ -84,7 +84,7 @@ def mass_example(ids, vocab: MaskingVocab, rng: np.random.Generator, *, word_ids
     k = fragment_length(m, ratio)
     u = int(positions[0] + rng.integers(0, m - k + 1))
     fragment = list(range(u, u + k))
-    corrupted = _corrupt(ids, [[t] for t in fragment], vocab, rates, rng)
+    corrupted = corrupt(ids, [[t] for t in fragment], vocab, rates, rng)
     decoder = np.full_like(ids, vocab.mask_id)
     decoder[u + 1: u + k] = ids[u: u + k - 1]
     return MassExample(corrupted.input_ids, decoder, corrupted.labels, (u, u + k))
@@ -106,10 +106,10 @@ class MassObjective:
 
     def batches(self, examples, *, batch_size: int, rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]:
         """input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels: (B, T)."""
-        for chunk in _chunks(examples, batch_size):
+        for chunk in chunks(examples, batch_size):
             rows = []
             for e in chunk:
-                x = mass_example(_field(e, "input_ids"), self.vocab, rng, word_ids=_field(e, "word_ids"),
+                x = mass_example(example_field(e, "input_ids"), self.vocab, rng, word_ids=example_field(e, "word_ids"),
                                  ratio=self.ratio, rates=self.rates)
                 rows.append({"input_ids": x.input_ids, "decoder_input_ids": x.decoder_input_ids, "labels": x.labels})
             batch = collate(rows, pad_id=self.pad_id)

@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
 from elmokit.pretraining.heads import masked_lm_loss
-from elmokit.pretraining.masking import BERT_RATES, MaskingRates, MaskingVocab, _truncate_pair, mask_tokens
-from elmokit.pretraining.objectives import ObjectiveLoss, _chunks, _field, collate
+from elmokit.pretraining.masking import BERT_RATES, MaskingRates, MaskingVocab, mask_tokens, truncate_pair
 
 BIDIRECTIONAL, SEQ2SEQ, LEFT_TO_RIGHT, RIGHT_TO_LEFT = 0, 1, 2, 3
 MODE_NAMES = ("bidirectional", "seq2seq", "left_to_right", "right_to_left")
@@ -102,9 +102,9 @@ def source_and_target(example) -> tuple[list[int], list[int]]:
     nearest its middle (the first half is the source, the rest its continuation). A one-token
     segment has nothing to split: it is all source, ``b`` empty (``UniLMObjective.example`` then
     draws a mode that needs no target)."""
-    if _field(example, "a") is not None:
-        return [int(t) for t in _field(example, "a")], [int(t) for t in _field(example, "b")]
-    ids, word_ids = _field(example, "input_ids"), _field(example, "word_ids")
+    if example_field(example, "a") is not None:
+        return [int(t) for t in example_field(example, "a")], [int(t) for t in example_field(example, "b")]
+    ids, word_ids = example_field(example, "input_ids"), example_field(example, "word_ids")
     pairs = [(int(t), w) for t, w in zip(ids, word_ids) if w is not None and w >= 0]
     if not pairs:
         raise ValueError("a UniLM example needs at least one token")
@@ -138,7 +138,7 @@ class UniLMObjective:
         a, b = source_and_target(example)
         if mode is None:
             mode = self.draw_mode(rng, has_target=bool(b))
-        _truncate_pair(a, b, self.max_tokens - (3 if mode in (BIDIRECTIONAL, SEQ2SEQ) else 2), rng)
+        truncate_pair(a, b, self.max_tokens - (3 if mode in (BIDIRECTIONAL, SEQ2SEQ) else 2), rng)
         row = build_input(a, b, mode, cls_id=self.cls_id, sep_id=self.sep_id)
         masked = mask_tokens(row["input_ids"], self.vocab, rng, rates=self.rates)
         row["input_ids"], row["labels"], row["mode"] = masked.input_ids, masked.labels, mode
@@ -164,7 +164,7 @@ class UniLMObjective:
         return batch
 
     def batches(self, examples, *, batch_size: int, rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]:
-        for chunk in _chunks(examples, batch_size):
+        for chunk in chunks(examples, batch_size):
             yield self.collate([self.example(e, rng) for e in chunk])
 
     def hidden(self, model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

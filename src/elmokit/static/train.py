@@ -55,8 +55,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
 
 from elmokit.io import atomic_path
+from elmokit.static.cooccurrence import CooccurrenceConfig, build_vocab, count_cooccurrences
+from elmokit.static.glove import GloveConfig, train_glove
+from elmokit.static.lsa import LsaConfig, lsa_vectors
+from elmokit.static.subwords import SubwordTable, ngram_buckets
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Corpus, Tokenizer
 
@@ -207,15 +213,11 @@ def _train_gensim(c: StaticTrainConfig, corpus: Corpus, folder: Path) -> tuple[S
     vectors = np.asarray(wv.vectors[: len(words)], dtype=np.float32)
     subwords = None
     if c.algo == "fasttext":
-        from elmokit.static.subwords import SubwordTable, ngram_buckets
-
         touched = sorted({b for w in words for b in ngram_buckets(w, c.min_n, c.max_n, c.bucket)})
         ids = np.asarray(touched, dtype=np.int64)
         subwords = SubwordTable(min_n=c.min_n, max_n=c.max_n, bucket=c.bucket, bucket_ids=ids,
                                 vectors=np.asarray(wv.vectors_ngrams[ids], dtype=np.float32))
     if c.algo == "doc2vec":
-        from safetensors.numpy import save_file
-
         with atomic_path(folder / "docvecs.safetensors") as tmp:
             save_file({"docvecs": np.asarray(model.dv.vectors, dtype=np.float32)}, tmp)
         info["docvecs"] = {"file": "docvecs.safetensors", "n_docs": len(model.dv),
@@ -225,8 +227,6 @@ def _train_gensim(c: StaticTrainConfig, corpus: Corpus, folder: Path) -> tuple[S
 
 
 def _count(c: StaticTrainConfig, corpus: Corpus, folder: Path):
-    from elmokit.static.cooccurrence import CooccurrenceConfig, build_vocab, count_cooccurrences
-
     t0 = time.time()
     words, counts = build_vocab(corpus, min_count=c.min_count, max_size=c.max_vocab)
     if not words:
@@ -241,11 +241,6 @@ def _count(c: StaticTrainConfig, corpus: Corpus, folder: Path):
 
 
 def _train_glove(c: StaticTrainConfig, corpus: Corpus, folder: Path, progress: bool):
-    import torch
-    from safetensors.numpy import save_file
-
-    from elmokit.static.glove import GloveConfig, train_glove
-
     words, matrix, info = _count(c, corpus, folder)
     torch.set_num_threads(max(1, c.workers))
     cfg = GloveConfig(dim=c.dim, x_max=c.x_max, alpha=c.weight_alpha, lr=c.alpha, epochs=c.epochs,
@@ -260,10 +255,6 @@ def _train_glove(c: StaticTrainConfig, corpus: Corpus, folder: Path, progress: b
 
 
 def _train_lsa(c: StaticTrainConfig, corpus: Corpus, folder: Path):
-    from safetensors.numpy import save_file
-
-    from elmokit.static.lsa import LsaConfig, lsa_vectors
-
     words, matrix, info = _count(c, corpus, folder)
     cfg = LsaConfig(dim=c.dim, weighting=c.weighting, cds=c.cds, eig_power=c.eig_power, seed=c.seed)
     t0 = time.time()
@@ -353,6 +344,4 @@ def infer_doc_vectors(run_dir: str | os.PathLike, documents, *, epochs: int | No
 
 def load_doc_vectors(run_dir: str | os.PathLike) -> np.ndarray:
     """The trained document vectors (n_docs, dim); row i is the i-th non-empty corpus line."""
-    from safetensors.numpy import load_file
-
     return load_file(str(Path(run_dir) / "docvecs.safetensors"))["docvecs"]

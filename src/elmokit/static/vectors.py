@@ -26,10 +26,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from elmokit.formats.word2vec import read_word2vec, write_word2vec
 from elmokit.io import atomic_path
 from elmokit.nn.functional import invariant_scores
+from elmokit.representation import EmbedsFiles
 from elmokit.static.subwords import SubwordTable
 
 FORMAT_VERSION = 1
@@ -39,7 +41,7 @@ BINARY_NAME = "vectors.bin"
 SUBWORDS_NAME = "subwords.safetensors"
 
 
-class StaticVectors:
+class StaticVectors(EmbedsFiles):
     """A table of word vectors with cosine queries; a one-layer `Representation`.
 
     Args:
@@ -178,8 +180,6 @@ class StaticVectors:
         meta.update(self.metadata)
         meta.update(extra or {})
         if self.subwords is not None:
-            from safetensors.numpy import save_file
-
             with atomic_path(folder / SUBWORDS_NAME) as tmp:
                 save_file({"bucket_ids": self.subwords.bucket_ids.astype(np.int64),
                            "vectors": self.subwords.vectors.astype(np.float32)}, tmp)
@@ -220,8 +220,6 @@ class StaticVectors:
                                         "written by `elmokit static train` or at a vector file")
             sub = meta.get("subwords")
             if sub and limit is None:
-                from safetensors.numpy import load_file
-
                 tensors = load_file(str(path / sub.get("file", SUBWORDS_NAME)))
                 subwords = SubwordTable(min_n=sub["min_n"], max_n=sub["max_n"], bucket=sub["bucket"],
                                         bucket_ids=tensors["bucket_ids"], vectors=tensors["vectors"])

@@ -35,10 +35,12 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from elmokit.configs import config_from_dict
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
+from elmokit.io import atomic_directory
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -179,10 +181,6 @@ class Classifier:
 
     def save(self, directory: str | os.PathLike) -> None:
         """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed."""
-        from safetensors.torch import save_file
-
-        from elmokit.io import atomic_directory
-
         directory = Path(directory)
         with atomic_directory(directory) as staging:
             (staging / "config.json").write_text(json.dumps(self.model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -192,8 +190,6 @@ class Classifier:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Classifier:
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in ("config.json", "model.safetensors", "labels.json", "vocab.txt"):
             if not (directory / name).is_file():

@@ -218,6 +218,25 @@ def bioes_to_bio(labels: Sequence[str]) -> list[str]:
     return ["B-" + l[2:] if l.startswith("S-") else "I-" + l[2:] if l.startswith("E-") else l for l in labels]
 
 
+def bio_spans(tags: Sequence[str]) -> list[tuple[int, int, str]]:
+    """(start, end, type) of the entities in BIO or BIOES tags (an I- after O or after another type
+    starts an entity, as conlleval)."""
+    spans: list[tuple[int, int, str]] = []
+    start, kind = None, None
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, label = tag.partition("-")
+        continues = prefix in ("I", "E") and start is not None and label == kind
+        if start is not None and not continues:
+            spans.append((start, i, kind))
+            start = kind = None
+        if prefix in ("B", "S") or (prefix in ("I", "E") and start is None):
+            start, kind = i, label
+        if prefix in ("E", "S") and start is not None:
+            spans.append((start, i + 1, kind))
+            start = kind = None
+    return spans
+
+
 def read_text(path: str | os.PathLike, tokenize: Callable[[str], list[str]] = str.split) -> list[list[str]]:
     """One sentence per line, cut by ``tokenize`` (default: whitespace; or an
     ``elmokit.text.corpus.Tokenizer`` such as jieba for raw Chinese). Empty lines are an error naming them."""

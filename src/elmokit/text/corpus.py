@@ -249,3 +249,21 @@ class Corpus:
             "max_tokens_per_line": self.max_tokens,
             "limit_lines": self.limit_lines,
         }
+
+
+# A sentence stream's resume point (the biLM's and the transformers' streams over a sharded corpus)
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where the sentence stream stands: the next sentence is number ``offset`` of the
+    ``shard``-th shard (in the epoch's shuffled order) of epoch ``epoch``."""
+
+    epoch: int = 0
+    shard: int = 0
+    offset: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Position:
+        return cls(**{k: int(v) for k, v in data.items()})

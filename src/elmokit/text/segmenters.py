@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import bisect
 import functools
+import importlib
 import unicodedata
 from collections.abc import Callable
+from importlib import metadata
 
 from elmokit.errors import UserError
 
@@ -139,8 +141,6 @@ def split_chars(line: str) -> list[str]:
 
 
 def _require(kind: str):
-    import importlib
-
     module_name, install = _PACKAGES[kind]
     try:
         return importlib.import_module(module_name)
@@ -199,7 +199,6 @@ def segmenter_version(kind: str) -> str | None:
     """The package version behind a segmenter (``"jieba 0.42.1"``), for model cards; None for ``chars``."""
     if kind not in _PACKAGES:
         return None
-    from importlib import metadata
 
     try:
         return f"{_PACKAGES[kind][0]} {metadata.version(_PACKAGES[kind][0])}"

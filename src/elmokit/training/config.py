@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from elmokit.configs import config_from_dict
+from elmokit.training.data import make_tokenizer  # the recorded form, complete (e.g. the regex itself)
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,6 @@ class TrainingConfig:
                      "log_every", "valid_every", "valid_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        from elmokit.training.data import make_tokenizer  # the recorded form, complete (e.g. the regex itself)
 
         object.__setattr__(self, "tokenizer", make_tokenizer(self.tokenizer).to_dict())
         if isinstance(self.valid_corpus, str):

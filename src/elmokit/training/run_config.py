@@ -24,7 +24,12 @@ from typing import Any
 
 from elmokit.bilm import PRESETS, BiLMConfig
 from elmokit.errors import UserError
+from elmokit.formats import ModelFolderError, recorded_tokenizer, resolve_model_path
+from elmokit.formats.bilm_hdf5 import config_from_options
 from elmokit.training.config import TrainingConfig
+from elmokit.training.lm import LM_WEIGHTS_NAME, VOCAB_NAME
+from elmokit.training.trainer import RunError, read_run
+from elmokit.training.vocab import Vocabulary
 
 __all__ = ["ConfigError", "RunConfig", "resolve_run_config", "load_model_config_file"]
 
@@ -47,8 +52,6 @@ class RunConfig:
 
 def load_model_config_file(path: str | os.PathLike) -> BiLMConfig:
     """An elmokit ``config.json`` (has ``format_version``) or an original ``options.json``."""
-    from elmokit.formats.bilm_hdf5 import config_from_options
-
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -67,8 +70,6 @@ def load_model_config_file(path: str | os.PathLike) -> BiLMConfig:
 
 def _saved_run(run_dir: Path, resume: bool):
     """(model config, training config, training.json) of the run being resumed, or None."""
-    from elmokit.training.trainer import RunError, read_run
-
     if not resume:
         return None
     if not run_dir.exists():
@@ -182,9 +183,6 @@ def resolve_run_config(
 
 def _start_model(init_from: str | os.PathLike) -> dict:
     """What a run started from a trained model takes from it: its folder, config, vocabulary, tokenizer."""
-    from elmokit.formats import ModelFolderError, recorded_tokenizer, resolve_model_path
-    from elmokit.training.lm import LM_WEIGHTS_NAME, VOCAB_NAME
-
     try:
         folder = resolve_model_path(init_from)
     except (ModelFolderError, OSError) as error:
@@ -203,8 +201,6 @@ def _start_model(init_from: str | os.PathLike) -> dict:
 
 def _check_start_model(start: dict, model_config: BiLMConfig, training: TrainingConfig, vocab: str) -> None:
     """The run must be able to take the model's weights as they are, and read text as the model did."""
-    from elmokit.training.vocab import Vocabulary
-
     problems = []
     if start["config"] != model_config:
         diff = {k: (v, getattr(model_config, k)) for k, v in vars(start["config"]).items() if getattr(model_config, k) != v}

@@ -33,15 +33,21 @@ import os
 import shlex
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from elmokit.bilm import BiLMConfig
+from elmokit.evaluation.perplexity import perplexity, stream_backward_perplexity, stream_forward_perplexity
+from elmokit.formats import WEIGHTS_NAME, resolve_model_path
 from elmokit.io import atomic_path
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
+from elmokit.text.corpus import Corpus
 from elmokit.training.checkpoint import (
     file_sha256,
     latest_checkpoint,
@@ -62,7 +68,7 @@ from elmokit.training.data import (
     window_batches,
 )
 from elmokit.training.distributed import DistributedContext
-from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
+from elmokit.training.lm import LM_WEIGHTS_NAME, Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.training.loop import (
     MetricsLog,
     NonFiniteError,
@@ -199,9 +205,6 @@ def _optimizer_text(training: TrainingConfig) -> str:
 
 def _start_model_record(init_from: str) -> dict:
     """Which weights a run started from: the folder and the sha256 of its biLM and softmax files."""
-    from elmokit.formats import WEIGHTS_NAME, resolve_model_path
-    from elmokit.training.lm import LM_WEIGHTS_NAME
-
     folder = resolve_model_path(init_from)
     return {"model": init_from, "model_sha256": file_sha256(folder / WEIGHTS_NAME),
             "lm_sha256": file_sha256(folder / LM_WEIGHTS_NAME)}
@@ -421,10 +424,6 @@ class _Run:
         # DDP averages dense gradients, so its ranks keep the (V, P) table's.
         model.row_sparse_softmax = training.optimizer == "adagrad" and not context.enabled
         if context.enabled:
-            import warnings
-
-            from torch.nn.parallel import DistributedDataParallel
-
             # The char CNN's im2col weight gradients arrive transposed; DDP copies them into its
             # buckets and says so on every step. Harmless (a small copy), so keep the log readable.
             warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
@@ -563,15 +562,6 @@ class _Run:
     def _validate(self) -> None:
         context, training, model = self.context, self.training, self.model
         if context.is_main:
-            from itertools import islice
-
-            from elmokit.evaluation.perplexity import (
-                perplexity,
-                stream_backward_perplexity,
-                stream_forward_perplexity,
-            )
-            from elmokit.text.corpus import Corpus
-
             if self.valid_sentences is None:
                 corpus_v = Corpus(training.valid_corpus, tokenizer=self.tokenizer, max_tokens=training.max_length)
                 self.valid_sentences = list(islice(corpus_v, training.valid_sentences))

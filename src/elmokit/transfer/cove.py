@@ -42,11 +42,14 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from elmokit.configs import config_from_dict
 from elmokit.errors import UserError
+from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
+from elmokit.representation import EmbedsFiles
 
 FORMAT_VERSION = 1
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
@@ -279,10 +282,6 @@ class CoveModel(nn.Module):
 def save_cove_model(directory: str | os.PathLike, model: CoveModel, source_words: Sequence[str],
                     target_words: Sequence[str], *, card: str = "") -> Path:
     """Write a model folder (see the module doc) under a temporary name, renamed at the end."""
-    from safetensors.torch import save_file
-
-    from elmokit.io import atomic_directory
-
     directory = Path(directory)
     with atomic_directory(directory) as staging:
         (staging / CONFIG_NAME).write_text(json.dumps(model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -310,8 +309,6 @@ def model_folder(path: str | os.PathLike) -> Path:
 
 def load_cove_model(path: str | os.PathLike) -> tuple[CoveModel, list[str], list[str]]:
     """(model in eval mode, source words, target words) of a model folder, or of a run folder's ``model/``."""
-    from safetensors.torch import load_file
-
     folder = model_folder(path)
     for name in (CONFIG_NAME, WEIGHTS_NAME, VECTORS_NAME, SOURCE_WORDS_NAME, TARGET_VOCAB_NAME):
         if not (folder / name).is_file():
@@ -338,7 +335,7 @@ def load_cove_model(path: str | os.PathLike) -> tuple[CoveModel, list[str], list
 # ---------------------------------------------------------------------------------------- representation
 
 
-class CoveRepresentation:
+class CoveRepresentation(EmbedsFiles):
     """CoVe as a one-layer ``Representation``: the MT-LSTM's top layer, (1, n_tokens, 2H) per
     sentence; with ``mode="glove_cove"`` the paper's task input [GloVe(w); CoVe(w)], (1, n, E + 2H).
 

@@ -47,6 +47,7 @@ import torch
 
 from elmokit.configs import config_from_dict
 from elmokit.io import atomic_path
+from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Tokenizer, open_text
 from elmokit.training.checkpoint import (
     decode_rng,
@@ -321,8 +322,6 @@ class CoveTrainResult:
 
 def load_vectors(path: str | os.PathLike, *, limit: int | None = None):
     """The frozen table (a StaticVectors) from a folder of `elmokit static train` or a word2vec file."""
-    from elmokit.static.vectors import StaticVectors
-
     if not Path(path).exists():
         raise FileNotFoundError(f"--vectors {path}: no such file or folder")
     return StaticVectors.load(path, limit=limit)

@@ -37,10 +37,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
-from elmokit.pretraining.tokenizers import encode_words
+from elmokit.io import atomic_directory
+from elmokit.text.subword_tokenizers import encode_words
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class FineTuneOptions:
             raise ValueError("warmup must be in [0, 1] and dropout in [0, 1)")
 
 
-def _is_causal(config) -> bool:
+def is_causal(config) -> bool:
     return getattr(config, "model_type", "") in ("openai-gpt", "gpt2", "gpt_neo", "gptj", "llama", "mistral", "qwen2")
 
 
@@ -80,7 +82,7 @@ class FineTunedClassifier(nn.Module):
     def __init__(self, base: nn.Module, num_labels: int, *, dropout: float = 0.1) -> None:
         super().__init__()
         self.base = base  # AutoModelForCausalLM (causal) or AutoModel (encoders)
-        self.causal = _is_causal(base.config)
+        self.causal = is_causal(base.config)
         hidden = int(base.config.hidden_size if hasattr(base.config, "hidden_size") else base.config.n_embd)
         has_pooler = getattr(base, "pooler", None) is not None
         self.pool = None if (self.causal or has_pooler) else nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
@@ -115,7 +117,7 @@ def load_base(folder: str | os.PathLike):
     hf_logging.set_verbosity_error()  # dropped pretraining heads are expected
     try:
         config = AutoConfig.from_pretrained(str(folder))
-        cls = AutoModelForCausalLM if _is_causal(config) else AutoModel
+        cls = AutoModelForCausalLM if is_causal(config) else AutoModel
         model = cls.from_pretrained(str(folder), dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     finally:
@@ -123,7 +125,7 @@ def load_base(folder: str | os.PathLike):
     return model, tokenizer
 
 
-def _max_positions(config) -> int:
+def max_positions(config) -> int:
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
     if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
         positions -= (config.pad_token_id or 0) + 1
@@ -156,10 +158,6 @@ def save_finetuned_folder(directory: str | os.PathLike, model: nn.Module, tokeni
                           *, metadata: dict | None = None) -> Path:
     """A fine-tuned folder, atomically: ``model/`` (``model.base`` and the tokenizer, save_pretrained),
     ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``."""
-    from safetensors.torch import save_file
-
-    from elmokit.io import atomic_directory
-
     directory = Path(directory)
     with atomic_directory(directory) as staging:
         model.base.save_pretrained(str(staging / BASE_DIR))
@@ -205,7 +203,7 @@ class FineTuned:
         """(N, K); each sentence's logits do not depend on its batch beyond float rounding (padding).
         ``features`` is unused (the model reads the text itself): the signature is the other classifiers'."""
         self.model.eval()
-        positions = _max_positions(self.model.base.config)
+        positions = max_positions(self.model.base.config)
         out = [self.model(*encode_batch(self.tokenizer, sentences[s: s + batch_size], positions))[0]
                for s in range(0, len(sentences), batch_size)]
         return torch.cat(out) if out else torch.zeros(0, len(self.labels))
@@ -226,8 +224,6 @@ class FineTuned:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTuned:
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in (CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():
@@ -264,7 +260,7 @@ def finetune_classifier(
     steps_per_epoch = -(-len(train[0]) // options.batch_size)
     optimizer, scheduler = adamw_with_warmup(model, options, options.epochs * steps_per_epoch)
     targets = torch.tensor([index[y] for y in train[1]])
-    positions = _max_positions(base.config)
+    positions = max_positions(base.config)
     result = FineTuned(model, tokenizer, labels, options, source=str(folder))
 
     def loss(rows):

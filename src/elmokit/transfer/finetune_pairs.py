@@ -37,8 +37,8 @@ from torch import nn
 
 from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.errors import UserError
-from elmokit.pretraining.tokenizers import encode_words
-from elmokit.transfer.finetune import FineTuneOptions, _is_causal, _max_positions, adamw_with_warmup, load_base
+from elmokit.text.subword_tokenizers import encode_words
+from elmokit.transfer.finetune import FineTuneOptions, adamw_with_warmup, is_causal, load_base, max_positions
 
 # GPT's new tokens (Radford et al. 2018, §3.3: "randomly initialized start and end tokens", a delimiter "$")
 GPT_START, GPT_DELIMITER, GPT_EXTRACT = "<|start|>", "<|delimiter|>", "<|extract|>"
@@ -70,8 +70,8 @@ class PairInputs:
         if kind not in INPUT_KINDS:
             raise ValueError(f"input kind {kind!r}: use one of {', '.join(INPUT_KINDS)}")
         self.tokenizer, self.kind = tokenizer, kind
-        self.causal = _is_causal(config)
-        self.positions = _max_positions(config)
+        self.causal = is_causal(config)
+        self.positions = max_positions(config)
         self.double_separator = getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert")
         if self.causal:
             missing = [t for t in (GPT_START, GPT_DELIMITER, GPT_EXTRACT) if t not in tokenizer.get_vocab()]
@@ -132,7 +132,7 @@ class FineTunedPairModel(nn.Module):
     def __init__(self, base: nn.Module, num_outputs: int, *, dropout: float = 0.1) -> None:
         super().__init__()
         self.base = base
-        self.causal = _is_causal(base.config)
+        self.causal = is_causal(base.config)
         hidden = int(base.config.hidden_size if hasattr(base.config, "hidden_size") else base.config.n_embd)
         has_pooler = getattr(base, "pooler", None) is not None
         self.pool = None if (self.causal or has_pooler) else nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
@@ -201,7 +201,7 @@ def finetune_pairs(
     seed_everything(options.seed)
     rng = np.random.default_rng(options.seed)
     base, tokenizer = load_base(folder)
-    if _is_causal(base.config):
+    if is_causal(base.config):
         add_gpt_task_tokens(base, tokenizer)
     elif options.aux_lm:
         raise UserError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model; "

@@ -35,10 +35,10 @@ from torch import nn
 
 from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.errors import UserError
-from elmokit.pretraining.tokenizers import encode_words
 from elmokit.tasks.metrics import squad_scores
 from elmokit.tasks.squad_data import SquadData, best_span
-from elmokit.transfer.finetune import FineTuneOptions, _is_causal, _max_positions, adamw_with_warmup, load_base
+from elmokit.text.subword_tokenizers import encode_words
+from elmokit.transfer.finetune import FineTuneOptions, adamw_with_warmup, is_causal, load_base, max_positions
 from elmokit.transfer.finetune_pairs import pad_rows
 
 
@@ -89,12 +89,12 @@ class SpanInputs:
     """Builds the windows of a (question, passage) for an encoder's tokenizer."""
 
     def __init__(self, tokenizer, config, *, stride: float = 0.5, max_question_pieces: int = 64) -> None:
-        if _is_causal(config):
+        if is_causal(config):
             raise UserError(f"span extraction fine-tunes encoders (BERT §4.2); {config.model_type} reads left to right")
         if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
             raise UserError("an encoder's tokenizer needs a CLS and a SEP token (BERT's [CLS], [SEP])")
         self.tokenizer = tokenizer
-        self.positions = _max_positions(config)
+        self.positions = max_positions(config)
         self.double_separator = getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert")
         self.stride, self.max_question_pieces = stride, max_question_pieces
 

@@ -46,21 +46,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
-from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
 from elmokit.tasks.tagger.training import tagging_labels
+from elmokit.text.subword_tokenizers import WordEncoding, encode_words
 from elmokit.transfer.finetune import (
     BASE_DIR,
     HEAD_FILE,
     FineTuneOptions,
-    _max_positions,
     adamw_with_warmup,
     load_base,
+    max_positions,
     save_finetuned_folder,
 )
 
@@ -197,7 +198,7 @@ class FineTunedTagger:
         return bioes_to_bio(labels) if self.scheme == "BIOES" else list(labels)
 
     def batch(self, sentences: Sequence[Sequence[str]]) -> SubwordBatch:
-        return encode_tagging_batch(self.tokenizer, sentences, _max_positions(self.model.base.config))
+        return encode_tagging_batch(self.tokenizer, sentences, max_positions(self.model.base.config))
 
     def tags(self, labels: Sequence[Sequence[str]], steps: int) -> torch.Tensor:
         """Label ids (B, T) of ``labels`` (BIO/IOB2 for NER), 0 at padding."""
@@ -234,8 +235,6 @@ class FineTunedTagger:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTunedTagger:
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in (TAGGER_CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():

@@ -58,12 +58,15 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
 from elmokit.engine.epochs import EpochOptions, train_epochs
 from elmokit.errors import UserError
+from elmokit.io import atomic_directory
 from elmokit.nn.lstm import reverse_padded
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.lm import Candidates, LanguageModel, rows
@@ -378,10 +381,6 @@ class ULMFiTClassifier:
 
     def save(self, directory: str | os.PathLike) -> None:
         """config.json + model.safetensors + labels.json, written to a staging folder and renamed."""
-        from safetensors.torch import save_file
-
-        from elmokit.io import atomic_directory
-
         state = {f"{d}.{k}": v.detach().cpu().contiguous() for d, m in self.models.items() for k, v in m.state_dict().items()}
         with atomic_directory(Path(directory)) as staging:
             (staging / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -390,9 +389,6 @@ class ULMFiTClassifier:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> ULMFiTClassifier:
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in (CONFIG_NAME, WEIGHTS_NAME, LABELS_NAME):
             if not (directory / name).is_file():

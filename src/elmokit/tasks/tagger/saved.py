@@ -17,14 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from elmokit.errors import UserError
 from elmokit.features import pad_features
+from elmokit.formats import load_bilm, save_native
 from elmokit.io import atomic_directory
 from elmokit.representation import RepresentationError, load_representation
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import score
 from elmokit.tasks.tagger.model import UNK, TaggerConfig, TaggerModel
+from elmokit.text.chars import batch_to_ids
 
 CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME, METRICS_NAME, BILM_DIR = (
     "config.json", "model.safetensors", "vocab.json", "metrics.json", "bilm")
@@ -76,8 +79,6 @@ class SequenceTagger:
         batch = {"word_ids": word_ids, "mask": mask}
         if self.config.elmo != "none":
             if self.model.bilm is not None:
-                from elmokit.text.chars import batch_to_ids
-
                 batch["char_ids"] = batch_to_ids(chosen)
             else:
                 if features is not None:
@@ -135,8 +136,6 @@ class SequenceTagger:
     # -- saving and loading
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the tagger folder atomically (a complete folder replaces any old one)."""
-        from safetensors.torch import save_file
-
         directory = Path(directory)
         with atomic_directory(directory) as tmp:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -148,16 +147,12 @@ class SequenceTagger:
                        "history": self.history}
             (tmp / METRICS_NAME).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
             if self.model.bilm is not None:
-                from elmokit.formats import save_native
-
                 save_native(self.model.bilm, tmp / BILM_DIR)
         return directory
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, representation=None) -> SequenceTagger:
         """Read a tagger folder. The representation is rebuilt from the config unless given."""
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         for name in (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME):
             if not (directory / name).is_file():
@@ -169,8 +164,6 @@ class SequenceTagger:
             raise TaggerFolderError(f"{directory}: {error}") from None
         tagger = cls(config, vocab["words"], vocab["labels"])
         if config.fine_tune:
-            from elmokit.formats import load_bilm
-
             tagger.model.bilm = load_bilm(directory / BILM_DIR)
             tagger.model.bilm.disable_token_cache()
         elif config.elmo != "none":

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from elmokit.bilm import BiLM
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.features import feature_source
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes
@@ -101,8 +102,6 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
     train_features = dev_features = None
     parameter_groups = []
     if config.fine_tune:
-        from elmokit.bilm import BiLM
-
         source = representation.bilm  # a fresh fp32 copy without the query object's token cache
         bilm = BiLM.from_state(source.config, source.numpy_state())
         for parameter in bilm.parameters():

@@ -202,7 +202,7 @@ class WordEncoding:
         return [w is None for w in self.word_ids]
 
 
-def _backend(tokenizer: Any):
+def backend_tokenizer(tokenizer: Any):
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:  # a bare tokenizers.Tokenizer
         return tokenizer
@@ -221,7 +221,7 @@ def encode_words(tokenizer: Any, words: Sequence[str], *, add_special_tokens: bo
     """The subword encoding of one sentence given as words (see the module docstring)."""
     if isinstance(words, str):
         raise TypeError("encode_words expects a list of words, not a string; use sentence.split()")
-    backend = _backend(tokenizer)
+    backend = backend_tokenizer(tokenizer)
     words = list(words)
     encoding = backend.encode(words, is_pretokenized=True, add_special_tokens=add_special_tokens)
     seen = {w for w in encoding.word_ids if w is not None}
