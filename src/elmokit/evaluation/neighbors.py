@@ -36,13 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from elmokit.errors import UserError
-from elmokit.io import atomic_directory
+from elmokit.io import output_directory
 
 FORMAT_VERSION = 1
 META_NAME = "meta.json"
 OFFSETS_NAME = "offsets.npy"
 SENTENCES_NAME = "sentences.txt"
 DTYPES = ("float16", "float32")
+SAVED_BY = "neighbors index"  # the command whose output an index folder is: it may replace it
 CHUNK_ELEMENTS = 1 << 21  # rows x dim per scoring step (16 MB of float64): bounded memory
 
 
@@ -146,12 +147,14 @@ class NeighborIndex:
         batch_sentences: int = 256,
         progress: bool = False,
         source: dict | None = None,
+        inputs: Iterable[str | os.PathLike | None] = (),
     ) -> NeighborIndex:
         """Embed ``sentences`` with ``rep`` (batches of ``batch_sentences``) into ``directory``.
 
         ``dtype``: ``"float16"`` halves the disk and memory (cosines then carry about 1e-3 of
-        rounding); ``"float32"`` keeps them exact to float32. An existing folder is replaced only
-        when the build succeeds.
+        rounding); ``"float32"`` keeps them exact to float32. The folder is written under the output
+        policy (``elmokit.io.output_directory``): an earlier index is replaced only when the build
+        succeeds; a file, one of ``inputs`` or a folder holding anything else is refused before any work.
         """
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
@@ -162,7 +165,7 @@ class NeighborIndex:
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         directory = Path(directory)
-        with atomic_directory(directory) as staging:
+        with output_directory(directory, command=SAVED_BY, inputs=inputs, artifact="neighbor-index") as staging:
             matrices = [
                 np.lib.format.open_memmap(staging / layer_name(j), mode="w+", dtype=dtype, shape=(int(offsets[-1]), rep.dim))
                 for j in range(rep.num_layers)

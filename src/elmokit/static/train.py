@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, output_directory
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Corpus, Tokenizer
 
@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 ALGOS = ("cbow", "skipgram", "fasttext", "glove", "lsa", "doc2vec")
 RUN_FORMAT_VERSION = 1
+SAVED_BY = "static train"  # the command whose output a run folder is: with --force it may replace it
 
 _W2V = dict(dim=100, window=5, min_count=5, negative=5, hs=False, sample=1e-3, epochs=5, workers=1, seed=1)
 DEFAULTS: dict[str, dict] = {
@@ -291,17 +292,15 @@ def train_static(
     force: bool = False,
     progress: bool = True,
 ) -> StaticVectors:
-    """Train ``config.algo`` on ``corpus`` and write the run folder ``out_dir`` (see module doc)."""
+    """Train ``config.algo`` on ``corpus`` and write the run folder ``out_dir`` (see module doc), under the
+    output policy (``elmokit.io.output_directory``): a new or empty folder, or with ``force`` an earlier run
+    folder of this command, which the complete new one replaces; never a file, the corpus, or a folder
+    holding anything else (refused before training)."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise FileExistsError(f"{out_dir} exists and is not empty; fix: choose another --out or pass --force")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
     started = datetime.now(UTC)
     t0 = time.time()
-    try:
+    with output_directory(out_dir, command=SAVED_BY, inputs=corpus.files, replace=force,
+                          replace_flag="--force", artifact="static") as partial:
         if config.algo in ("cbow", "skipgram", "fasttext", "doc2vec"):
             table, info = _train_gensim(config, corpus, partial)
         elif config.algo == "glove":
@@ -329,12 +328,6 @@ def train_static(
         }
         with atomic_path(partial / "run.json") as tmp:
             Path(tmp).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(partial, out_dir)
     log.info("%s: %d words x %d written to %s in %.1f s", config.name, len(table), table.dim, out_dir, train_seconds)
     return table
 

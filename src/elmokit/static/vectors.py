@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from elmokit.formats.word2vec import read_word2vec, write_word2vec
+from elmokit.errors import InputNotFound
+from elmokit.formats.checks import describe_non_finite
+from elmokit.formats.word2vec import VectorFileError, read_word2vec, write_word2vec
 from elmokit.io import atomic_path
 from elmokit.nn.functional import invariant_scores
 from elmokit.static.subwords import SubwordTable
@@ -216,13 +218,17 @@ class StaticVectors:
             candidates = [meta.get("vectors", BINARY_NAME), BINARY_NAME, TEXT_NAME]
             file = next((path / c for c in candidates if (path / c).is_file()), None)
             if file is None:
-                raise FileNotFoundError(f"{path} holds no {BINARY_NAME} or {TEXT_NAME}; fix: point at a folder "
+                raise InputNotFound(f"{path} holds no {BINARY_NAME} or {TEXT_NAME}; fix: point at a folder "
                                         "written by `elmokit static train` or at a vector file")
             sub = meta.get("subwords")
             if sub and limit is None:
                 from safetensors.numpy import load_file
 
                 tensors = load_file(str(path / sub.get("file", SUBWORDS_NAME)))
+                problem = describe_non_finite(tensors["vectors"])
+                if problem:
+                    raise VectorFileError(f"{path / sub.get('file', SUBWORDS_NAME)}: tensor 'vectors' holds {problem}; "
+                                          "fix: train the table again")
                 subwords = SubwordTable(min_n=sub["min_n"], max_n=sub["max_n"], bucket=sub["bucket"],
                                         bucket_ids=tensors["bucket_ids"], vectors=tensors["vectors"])
         else:

@@ -29,7 +29,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 # 2: ``representation`` is a representation spec (a dict); version 1 held a model name or folder
 # (str), or None for original-format files, upgraded in ClassifierConfig.from_dict.
 FORMAT_VERSION = 2
+SAVED_BY = "classify train"  # the command whose output a classifier folder is (any recipe): it may replace it
 PAD, UNK = "<pad>", "<unk>"
 
 
@@ -177,16 +178,20 @@ class Classifier:
         predicted = self.logits(sentences, features).argmax(dim=1).tolist()
         return 100 * float(np.mean([self.labels[p] == y for p, y in zip(predicted, labels)])) if labels else float("nan")
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed."""
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+        """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed,
+        under the output policy (``elmokit.io.output_directory``; ``inputs`` may not be the folder)."""
         from safetensors.torch import save_file
 
-        from elmokit.io import atomic_directory
+        from elmokit.formats.checks import refuse_non_finite
+        from elmokit.io import output_directory
 
         directory = Path(directory)
-        with atomic_directory(directory) as staging:
+        state = {k: v.contiguous() for k, v in self.model.state_dict().items()}
+        refuse_non_finite(state, directory / "model.safetensors")
+        with output_directory(directory, command=SAVED_BY, inputs=inputs, artifact="classifier") as staging:
             (staging / "config.json").write_text(json.dumps(self.model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
-            save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(staging / "model.safetensors"))
+            save_file(state, str(staging / "model.safetensors"))
             (staging / "labels.json").write_text(json.dumps(self.labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
             (staging / "vocab.txt").write_text("".join(w + "\n" for w in self.vocabulary.words), encoding="utf-8")
 

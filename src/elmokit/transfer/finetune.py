@@ -31,7 +31,7 @@ import copy
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,15 +150,19 @@ def warmup_then_linear_decay(step: int, total: int, warmup: float) -> float:
 
 
 def save_finetuned_folder(directory: str | os.PathLike, model: nn.Module, tokenizer, record: dict, config_file: str,
-                          *, metadata: dict | None = None) -> Path:
+                          *, command: str, artifact: str, metadata: dict | None = None,
+                          inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
     """A fine-tuned folder, atomically: ``model/`` (``model.base`` and the tokenizer, save_pretrained),
-    ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``."""
+    ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``;
+    under the output policy of ``command`` (``elmokit.io.output_directory``)."""
     from safetensors.torch import save_file
 
-    from elmokit.io import atomic_directory
+    from elmokit.formats.checks import refuse_non_finite
+    from elmokit.io import output_directory
 
     directory = Path(directory)
-    with atomic_directory(directory) as staging:
+    refuse_non_finite(model.state_dict(), directory)
+    with output_directory(directory, command=command, inputs=inputs, artifact=artifact) as staging:
         model.base.save_pretrained(str(staging / BASE_DIR))
         tokenizer.save_pretrained(str(staging / BASE_DIR))
         head = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not k.startswith("base.")}
@@ -214,12 +218,15 @@ class FineTuned:
         predicted = self.predict(sentences)
         return 100 * float(np.mean([p == y for p, y in zip(predicted, labels)])) if labels else float("nan")
 
-    def save(self, directory: str | os.PathLike) -> Path:
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
         """``model/`` (save_pretrained of the transformer and tokenizer), ``head.safetensors``,
         ``finetune.json`` (labels, options, source, history); written to a staging folder and renamed."""
+        from elmokit.tasks.classifier import SAVED_BY
+
         record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "labels": self.labels,
                   "options": dataclasses.asdict(self.options), "source": self.source, "history": self.history}
-        return save_finetuned_folder(directory, self.model, self.tokenizer, record, CONFIG_FILE)
+        return save_finetuned_folder(directory, self.model, self.tokenizer, record, CONFIG_FILE, command=SAVED_BY,
+                                     artifact="finetuned-classifier", inputs=inputs)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTuned:

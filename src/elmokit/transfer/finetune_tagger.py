@@ -43,7 +43,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
+from elmokit.tasks.tagger.saved import SAVED_BY
 from elmokit.transfer.finetune import (
     BASE_DIR,
     HEAD_FILE,
@@ -224,14 +225,15 @@ class FineTunedTagger:
     def evaluate(self, corpus: TaggedCorpus, *, batch_size: int = 32) -> dict[str, Any]:
         return score(corpus.labels, self.predict(corpus.sentences, batch_size=batch_size), self.task)
 
-    def save(self, directory: str | os.PathLike) -> Path:
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
         """``model/``, ``head.safetensors``, ``finetune_tagger.json`` (module docstring), atomically."""
         record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "task": self.task, "scheme": self.scheme,
                   "output": self.output, "labels": self.labels, "options": dataclasses.asdict(self.options),
                   "source": self.source, "best_epoch": self.best_epoch, "results": self.results,
                   "history": self.history}
-        return save_finetuned_folder(directory, self.model, self.tokenizer, record, TAGGER_CONFIG_FILE,
-                                     metadata={"format": "elmokit-finetuned-tagger"})
+        return save_finetuned_folder(directory, self.model, self.tokenizer, record, TAGGER_CONFIG_FILE, command=SAVED_BY,
+                                     artifact="finetuned-tagger", metadata={"format": "elmokit-finetuned-tagger"},
+                                     inputs=inputs)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTunedTagger:

@@ -51,7 +51,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -374,14 +374,18 @@ class ULMFiTClassifier:
         predicted = self.probabilities(sentences).argmax(dim=1).tolist()
         return 100 * float(np.mean([self.labels[p] == y for p, y in zip(predicted, labels)]))
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """config.json + model.safetensors + labels.json, written to a staging folder and renamed."""
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+        """config.json + model.safetensors + labels.json, written to a staging folder and renamed, under
+        the output policy (``elmokit.io.output_directory``; ``inputs`` may not be the folder)."""
         from safetensors.torch import save_file
 
-        from elmokit.io import atomic_directory
+        from elmokit.formats.checks import refuse_non_finite
+        from elmokit.io import output_directory
+        from elmokit.tasks.classifier import SAVED_BY
 
         state = {f"{d}.{k}": v.detach().cpu().contiguous() for d, m in self.models.items() for k, v in m.state_dict().items()}
-        with atomic_directory(Path(directory)) as staging:
+        refuse_non_finite(state, Path(directory) / WEIGHTS_NAME)
+        with output_directory(Path(directory), command=SAVED_BY, inputs=inputs, artifact="ulmfit-classifier") as staging:
             (staging / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
             save_file(state, str(staging / WEIGHTS_NAME), metadata={"format": "elmokit-ulmfit-classifier"})
             (staging / LABELS_NAME).write_text(json.dumps(self.labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ import torch
 
 from elmokit.errors import UserError
 from elmokit.features import pad_features
-from elmokit.io import atomic_directory
+from elmokit.formats.checks import refuse_non_finite
+from elmokit.io import output_directory
 from elmokit.representation import RepresentationError, load_representation
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import score
@@ -28,6 +29,7 @@ from elmokit.tasks.tagger.model import UNK, TaggerConfig, TaggerModel
 
 CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME, METRICS_NAME, BILM_DIR = (
     "config.json", "model.safetensors", "vocab.json", "metrics.json", "bilm")
+SAVED_BY = "tag train"  # the command whose output a tagger folder is (either recipe): it may replace it
 
 
 class TaggerFolderError(UserError):
@@ -133,14 +135,17 @@ class SequenceTagger:
         return out
 
     # -- saving and loading
-    def save(self, directory: str | os.PathLike) -> Path:
-        """Write the tagger folder atomically (a complete folder replaces any old one)."""
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
+        """Write the tagger folder atomically under the output policy (``elmokit.io.output_directory``):
+        a new or empty folder, or an earlier tagger folder, which the complete new one replaces; never
+        a file, one of ``inputs``, or a folder holding anything else."""
         from safetensors.torch import save_file
 
         directory = Path(directory)
-        with atomic_directory(directory) as tmp:
+        state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items() if not k.startswith("bilm.")}
+        refuse_non_finite(state, directory / WEIGHTS_NAME)
+        with output_directory(directory, command=SAVED_BY, inputs=inputs, artifact="tagger") as tmp:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
-            state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items() if not k.startswith("bilm.")}
             save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "elmokit-tagger"})
             vocab = {"words": self.words, "labels": self.labels}
             (tmp / VOCAB_NAME).write_text(json.dumps(vocab, ensure_ascii=False) + "\n", encoding="utf-8")
