@@ -27,7 +27,9 @@ from elmokit.cli.arguments import (
     add_classifier_training_arguments,
     add_representation_arguments,
     add_task_file_arguments,
+    check_out,
     classifier_training_options,
+    input_paths,
 )
 from elmokit.cli.common import (
     add_threads_argument,
@@ -130,6 +132,7 @@ def run_train(args: argparse.Namespace) -> int:
     from elmokit.tasks.classifier import train_classifier
 
     apply_threads(args)
+    check_out(args, "classify train")  # before any work
     data = {name: _read(path, args.format, args.tokenizer) for name, path in (("train", args.train), ("dev", args.dev),
                                                                ("test", args.test)) if path}
     if args.recipe == "ulmfit":
@@ -154,7 +157,7 @@ def run_train(args: argparse.Namespace) -> int:
             print(f"test accuracy {classifier.accuracy(*data['test'], features.get('test')):.2f}")
     if classifier.model.layer_weights():
         print("layer weights " + ", ".join(f"{w:.3f}" for w in classifier.model.layer_weights()["weights"]))
-    classifier.save(args.out)
+    classifier.save(args.out, inputs=input_paths(args))
     print(f"saved {args.out}")
     return 0
 

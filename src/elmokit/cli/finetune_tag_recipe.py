@@ -20,7 +20,7 @@ import json
 import logging
 import sys
 
-from elmokit.cli.arguments import add_tagger_arguments, refuse_representation_flags
+from elmokit.cli.arguments import add_tagger_arguments, input_paths, refuse_representation_flags
 from elmokit.cli.finetune_recipe import FINETUNE_LR, add_finetune_arguments
 
 FINETUNE_EPOCHS = 3  # BERT §A.3 (2, 3 or 4 recommended)
@@ -95,7 +95,7 @@ def save_and_report(tagger, args: argparse.Namespace, task: str, test) -> None:
     if test is not None:
         results["test"] = tagger.evaluate(test)
     tagger.results = {"command": ["elmokit"] + list(getattr(args, "argv", [])), **results}
-    tagger.save(args.out)
+    tagger.save(args.out, inputs=input_paths(args))
     name = "span F1 (seqeval strict, IOB2)" if task == "ner" else "token accuracy"
     for split, result in results.items():
         print(f"{split}: {name} {100 * main_metric(result, task):.2f}")

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from elmokit.cli.arguments import check_out
 from elmokit.cli.common import (
     add_model_arguments,
     add_speed_arguments,
@@ -92,12 +93,13 @@ def run(args: argparse.Namespace) -> int:
         if args.query == ["index"]:
             if args.out is None:
                 raise NeighborIndexError("`elmokit neighbors index` needs --out DIR")
+            inputs = check_out(args, "neighbors index")  # before any work
             sentences = _read_corpus(args)
             rep = load_embedder(args, batch_size=args.batch_size)
             source = {"corpus": str(args.corpus), "tokenizer": args.tokenizer, "max_sentences": args.max_sentences,
                       "max_tokens": args.max_tokens}
             index = NeighborIndex.build(rep, sentences, args.out, dtype=args.dtype, batch_sentences=args.batch_size,
-                                        progress=sys.stderr.isatty(), source=source)
+                                        progress=sys.stderr.isatty(), source=source, inputs=inputs)
             print(f"elmokit neighbors: indexed {counted(len(index.sentences), 'sentence')}, "
                   f"{counted(len(index), 'occurrence')}, "
                   f"{index.num_layers} layers of {index.dim} ({args.dtype}) with {rep.name} into {args.out}", file=sys.stderr)

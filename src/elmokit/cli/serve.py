@@ -17,7 +17,6 @@ import os
 import sys
 
 from elmokit.cli.common import (
-    USER_ERRORS,
     add_model_arguments,
     add_speed_arguments,
     add_threads_argument,
@@ -112,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tokenizer is None and recorded is not None:
             config = dataclasses.replace(config, tokenizer=recorded.kind)
         index, task_models, initial_states = _explorer_resources(args, representation, spec)
-    except (*USER_ERRORS, ValueError) as error:
+    except (FileNotFoundError, ValueError) as error:  # user errors (UserError is a ValueError), ServeConfig's limits
         print(f"elmokit serve: error: {error}", file=sys.stderr)
         return 2
     try:

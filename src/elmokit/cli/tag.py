@@ -22,6 +22,7 @@ from elmokit.cli.arguments import (
     add_representation_arguments,
     add_tagger_arguments,
     add_task_file_arguments,
+    check_out,
     tagger_config_changes,
     tagger_train_options,
 )
@@ -78,6 +79,7 @@ def _train(args: argparse.Namespace) -> int:
     from elmokit.tasks.tagger import TaggerConfig, train_tagger
 
     apply_threads(args)
+    check_out(args, "tag train")  # before any work
     task = args.task or ("pos" if args.format == "conllu" else "ner")
     try:
         train, dev = _read(args, args.train).subset(args.max_train_sentences), _read(args, args.dev)
