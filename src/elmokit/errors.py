@@ -34,8 +34,8 @@ def as_user_error(error: BaseException) -> UserError | None:
     path; ``None`` for anything else, which is a bug and keeps its traceback."""
     if isinstance(error, UserError):
         return error
-    if isinstance(error, FileNotFoundError) and error.filename is not None:
-        return InputNotFound(f"{error.filename}: no such file or folder")
+    if isinstance(error, FileNotFoundError):
+        return InputNotFound(f"{error.filename}: no such file or folder" if error.filename is not None else str(error))
     if isinstance(error, OSError) and is_disk_full(error):
         place = f"{error.filename}: " if error.filename is not None else ""
         return NoSpaceLeft(f"{place}no space left on the device; free some space or write to another disk")

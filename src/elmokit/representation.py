@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from elmokit.errors import UserError
+from elmokit.errors import InputNotFound, UserError
 
 
 @runtime_checkable
@@ -315,7 +315,7 @@ def spec_from_flags(
         if initial_state != "zero":
             raise RepresentationError("--initial-state applies to ELMo models, not to --vectors")
         if not Path(vectors).exists():
-            raise FileNotFoundError(f"--vectors {vectors}: no such file or folder")
+            raise InputNotFound(f"--vectors {vectors}: no such file or folder")
         return {"kind": StaticTable.kind, "path": str(Path(vectors).resolve())}
     if options_file is not None:
         spec = {"kind": ElmoOriginalFiles.kind, "options_file": str(Path(options_file).resolve()),

@@ -41,6 +41,7 @@ from elmokit.cli.common import (
 )
 from elmokit.cli.finetune_recipe import add_finetune_arguments, run_finetune_train
 from elmokit.cli.ulmfit_recipe import add_ulmfit_arguments, run_ulmfit_train
+from elmokit.errors import InputNotFound
 
 # How the pretrained model is transferred: feature = frozen layers through a learned scalar mix
 # (ELMo's way, tasks/classifier.py); ulmfit = Howard & Ruder's fine-tuning of the LM (transfer/ulmfit.py);
@@ -120,7 +121,7 @@ def _read(path: str, data_format: str, tokenizer: str = "whitespace"):
     from elmokit.evaluation.sst import read_sst, sst_task
 
     if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+        raise InputNotFound(f"{path}: no such file")
     sentences, labels = read_sst(path)
     kept, names = sst_task(sentences, labels, binary=data_format == "sst2")
     return [sentences[i] for i in kept], names

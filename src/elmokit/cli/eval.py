@@ -34,6 +34,7 @@ from elmokit.cli.arguments import (
     tagger_train_options,
 )
 from elmokit.cli.common import add_threads_argument, non_negative_float, non_negative_int, number_list, positive_int
+from elmokit.errors import InputNotFound
 
 
 def register(subparsers) -> None:
@@ -308,7 +309,7 @@ def run_wsd(args: argparse.Namespace) -> int:
     test_dir = folder / "Evaluation_Datasets" / args.test
     for path in (folder / "semcor30.tsv", test_dir / f"{args.test}.data.xml", test_dir / f"{args.test}.gold.key.txt"):
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
+            raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
     first_senses = read_first_senses(wordnet)
     test = read_raganato_xml(test_dir / f"{args.test}.data.xml")
     gold = read_gold_keys(test_dir / f"{args.test}.gold.key.txt")

@@ -30,6 +30,7 @@ from elmokit.cli.common import (
     positive_int,
     run_reporting_errors,
 )
+from elmokit.errors import InputNotFound
 
 
 def register(subparsers) -> None:
@@ -79,7 +80,7 @@ def _read_corpus(args):
     from elmokit.text.corpus import Corpus, Tokenizer
 
     if args.corpus is None:
-        raise FileNotFoundError("give --corpus FILE (the text to index) or --index DIR (an index built before)")
+        raise InputNotFound("give --corpus FILE (the text to index) or --index DIR (an index built before)")
     return list(Corpus(args.corpus, tokenizer=Tokenizer(kind=args.tokenizer), max_tokens=args.max_tokens,
                        limit_lines=args.max_sentences))
 
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         rep = load_embedder(args, batch_size=args.batch_size)
         if args.index is not None:
             if not Path(args.index).exists():
-                raise FileNotFoundError(f"--index {args.index}: no such folder")
+                raise InputNotFound(f"--index {args.index}: no such folder")
             results = nearest_occurrences(rep, NeighborIndex(args.index), tokens, word_index, layers=layers, top=args.top,
                                           same_form=args.same_form, exclude_self=not args.include_self)
         else:

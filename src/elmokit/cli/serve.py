@@ -27,6 +27,7 @@ from elmokit.cli.common import (
     positive_float,
     positive_int,
 )
+from elmokit.errors import InputNotFound
 from elmokit.serve.config import ServeConfig
 
 # ServeConfig field -> (type, metavar, help); the defaults are ServeConfig's, so the two never drift.
@@ -149,7 +150,7 @@ def _explorer_resources(args, representation, spec):
     index = None
     if args.index is not None:
         if not Path(args.index).is_dir():
-            raise FileNotFoundError(f"--index {args.index}: no such folder (build one with `elmokit neighbors index`)")
+            raise InputNotFound(f"--index {args.index}: no such folder (build one with `elmokit neighbors index`)")
         index = NeighborIndex(args.index)
         index.check_representation(representation)
     task_models = [read_task_layer_weights(folder) for folder in args.task_model]

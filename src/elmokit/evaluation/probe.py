@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from elmokit.data_paths import shared_data
+from elmokit.errors import InputNotFound
 from elmokit.features import stack_token_features
 
 # Table 6 of Peters et al. (2018), POS tagging accuracy (PTB WSJ test) of a linear probe per layer.
@@ -39,7 +40,7 @@ def ud_ewt_splits(data_dir: str | os.PathLike | None = None, *, max_sentences: i
     for split in ("train", "dev", "test"):
         path = folder / f"en_ewt-ud-{split}.conllu"
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the UD_English-EWT folder) "
+            raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the UD_English-EWT folder) "
                                     f"or set ELMOKIT_SHARED")
         corpus = read_conllu(path)  # UPOS; multiword ranges and empty nodes skipped
         sentences, tags = corpus.sentences, corpus.labels

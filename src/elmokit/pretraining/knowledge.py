@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from elmokit.errors import InputNotFound
 from elmokit.pretraining.masking import BERT_RATES, MaskingRates, MaskingVocab, mask_phrases, mask_whole_words
 from elmokit.pretraining.objectives import MaskedLMObjective, ObjectiveLoss, _chunks, _field, collate
 
@@ -378,7 +379,7 @@ def load_tagger(path: str | Path):
         from elmokit.tasks.tagger.saved import SequenceTagger
 
         return SequenceTagger.load(path)
-    raise FileNotFoundError(f"{path}: not a CoNLL-U file (.conllu) nor an elmokit tagger folder")
+    raise InputNotFound(f"{path}: not a CoNLL-U file (.conllu) nor an elmokit tagger folder")
 
 
 LANGUAGES = ("en", "zh")

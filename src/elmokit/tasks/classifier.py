@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from elmokit.configs import config_from_dict
+from elmokit.errors import InputNotFound
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ class Classifier:
         directory = Path(directory)
         for name in ("config.json", "model.safetensors", "labels.json", "vocab.txt"):
             if not (directory / name).is_file():
-                raise FileNotFoundError(f"{directory}: not a saved classifier (no {name})")
+                raise InputNotFound(f"{directory}: not a saved classifier (no {name})")
         try:
             config = ClassifierConfig.from_dict(json.loads((directory / "config.json").read_text(encoding="utf-8")))
             labels = json.loads((directory / "labels.json").read_text(encoding="utf-8"))

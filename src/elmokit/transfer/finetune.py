@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from elmokit.errors import InputNotFound
 from elmokit.pretraining.tokenizers import encode_words
 
 FORMAT_VERSION = 1
@@ -107,7 +108,7 @@ def load_base(folder: str | os.PathLike):
 
     folder = Path(folder)
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder}: not a transformers model folder (no config.json)")
+        raise InputNotFound(f"{folder}: not a transformers model folder (no config.json)")
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # dropped pretraining heads are expected
     try:
@@ -235,7 +236,7 @@ class FineTuned:
         directory = Path(directory)
         for name in (CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():
-                raise FileNotFoundError(f"{directory}: not a fine-tuned classifier folder (no {name})")
+                raise InputNotFound(f"{directory}: not a fine-tuned classifier folder (no {name})")
         record = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
         options = FineTuneOptions(**record["options"])
         base, tokenizer = load_base(directory / BASE_DIR)

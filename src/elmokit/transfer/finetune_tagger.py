@@ -51,6 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from elmokit.errors import InputNotFound
 from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
@@ -242,7 +243,7 @@ class FineTunedTagger:
         directory = Path(directory)
         for name in (TAGGER_CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():
-                raise FileNotFoundError(f"{directory}: not a fine-tuned tagger folder (no {name}); "
+                raise InputNotFound(f"{directory}: not a fine-tuned tagger folder (no {name}); "
                                         "train one with `elmokit tag train --recipe finetune`")
         try:
             record = json.loads((directory / TAGGER_CONFIG_FILE).read_text(encoding="utf-8"))

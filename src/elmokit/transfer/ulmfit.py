@@ -63,7 +63,7 @@ from torch import nn
 
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
-from elmokit.errors import UserError
+from elmokit.errors import InputNotFound, UserError
 from elmokit.nn.lstm import reverse_padded
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.lm import Candidates, LanguageModel, rows
@@ -398,7 +398,7 @@ class ULMFiTClassifier:
         directory = Path(directory)
         for name in (CONFIG_NAME, WEIGHTS_NAME, LABELS_NAME):
             if not (directory / name).is_file():
-                raise FileNotFoundError(f"{directory}: not a saved ULMFiT classifier (no {name})")
+                raise InputNotFound(f"{directory}: not a saved ULMFiT classifier (no {name})")
         try:
             config = ULMFiTConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")))
             labels = json.loads((directory / LABELS_NAME).read_text(encoding="utf-8"))
