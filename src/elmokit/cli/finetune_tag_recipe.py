@@ -22,6 +22,7 @@ import sys
 
 from elmokit.cli.arguments import add_tagger_arguments, input_paths, refuse_representation_flags
 from elmokit.cli.finetune_recipe import FINETUNE_LR, add_finetune_arguments
+from elmokit.errors import UserError
 
 FINETUNE_EPOCHS = 3  # BERT §A.3 (2, 3 or 4 recommended)
 # The feature-based tagger's flags (dest names), refused with --recipe finetune when set to anything but
@@ -47,13 +48,13 @@ def _feature_defaults() -> dict:
 
 
 def refuse_feature_flags(args: argparse.Namespace) -> None:
-    """Refuse, by flag name, what only the frozen-representation tagger uses (ValueError)."""
+    """Refuse, by flag name, what only the frozen-representation tagger uses (UserError)."""
     refuse_representation_flags(args, "finetune", "a transformer folder", need_model=True)
     defaults = _feature_defaults()
     used = ["--" + dest.replace("_", "-") for dest in FEATURE_ONLY
             if hasattr(args, dest) and getattr(args, dest) != defaults[dest]]
     if used:
-        raise ValueError(f"--recipe finetune trains the transformer with a linear layer, not the feature-based "
+        raise UserError(f"--recipe finetune trains the transformer with a linear layer, not the feature-based "
                          f"BiLSTM-CRF: {', '.join(used)} cannot be used with it")
 
 
@@ -71,11 +72,7 @@ def run_tag_train(args: argparse.Namespace, task: str, train, dev, test) -> int:
     """``tag train --recipe finetune``: fine-tune, report dev (and test), save to ``--out``."""
     from elmokit.transfer.finetune_tagger import finetune_tagger
 
-    try:
-        refuse_feature_flags(args)
-    except ValueError as error:
-        print(f"elmokit tag train: error: {error}", file=sys.stderr)
-        return 2
+    refuse_feature_flags(args)
     settings = finetune_settings(args)
     print(json.dumps({"recipe": "finetune", "model": args.model, "task": task, "output": settings["output"],
                       "train": args.train, "train_sentences": len(train)}, indent=2), file=sys.stderr)
@@ -102,12 +99,12 @@ def save_and_report(tagger, args: argparse.Namespace, task: str, test) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> list[dict]:
-    """``eval ner|pos --recipe finetune``: the benchmark's result rows (ValueError on refused flags)."""
+    """``eval ner|pos --recipe finetune``: the benchmark's result rows (UserError on refused flags)."""
     from elmokit.evaluation.tagging import run_finetune_benchmark
 
     refuse_feature_flags(args)
     if args.task == "cws":
-        raise ValueError("--recipe finetune tags words (NER, POS); word segmentation is not supported")
+        raise UserError("--recipe finetune tags words (NER, POS); word segmentation is not supported")
     return run_finetune_benchmark(
         [d for d in args.datasets.split(",") if d], args.model, scheme=args.scheme, **finetune_settings(args),
         max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,

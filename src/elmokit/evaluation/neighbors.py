@@ -265,7 +265,7 @@ class NeighborIndex:
         tokens, position) of the query itself, left out wherever the corpus holds it.
         """
         if not 0 <= layer < self.num_layers:
-            raise ValueError(f"layer {layer} out of range: the index has layers 0..{self.num_layers - 1}")
+            raise NeighborIndexError(f"layer {layer} out of range: the index has layers 0..{self.num_layers - 1}")
         rows = self.occurrences_of(same_form) if same_form is not None else None
         scores = self.scores(layer, vector, rows)
         if len(scores) == 0:
@@ -316,9 +316,9 @@ def nearest_occurrences(
     """
     sentence = list(sentence)
     if not sentence:
-        raise ValueError("the query sentence is empty")
+        raise NeighborIndexError("the query sentence is empty")
     if not -len(sentence) <= word_index < len(sentence):
-        raise ValueError(
+        raise NeighborIndexError(
             f"word index {word_index} is outside the query sentence ({len(sentence)} tokens: "
             + " ".join(f"{i}:{t}" for i, t in enumerate(sentence)) + ")"
         )
@@ -327,7 +327,7 @@ def nearest_occurrences(
     layers = list(range(index.num_layers)) if layers is None else list(layers)
     for layer in layers:
         if not 0 <= layer < index.num_layers:
-            raise ValueError(f"layer {layer} out of range: {rep.name} has layers 0..{index.num_layers - 1}")
+            raise NeighborIndexError(f"layer {layer} out of range: {rep.name} has layers 0..{index.num_layers - 1}")
     vectors = rep.embed([sentence])[0]  # (L, n, D)
     word = sentence[word_index]
     exclude = (sentence, word_index) if exclude_self else None

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from elmokit.errors import UserError
 from elmokit.io import atomic_path, output_directory
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Corpus, Tokenizer
@@ -77,6 +78,10 @@ DEFAULTS: dict[str, dict] = {
     "lsa": dict(dim=100, window=5, min_count=5, weighting="ppmi", cds=0.75, eig_power=0.5, seed=1, workers=1,
                 chunk_tokens=500_000, max_pairs_in_memory=20_000_000),
 }
+
+
+class StaticSettingError(UserError):
+    """A setting that does not apply to the algorithm, or that leaves nothing to train; the message says which."""
 
 
 def static_tokenizer(kind: str | None = None, lowercase: bool | None = None, *, pretokenized: bool = False) -> Tokenizer:
@@ -126,18 +131,18 @@ class StaticTrainConfig:
     @classmethod
     def for_algo(cls, algo: str, **overrides) -> StaticTrainConfig:
         if algo not in ALGOS:
-            raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
+            raise StaticSettingError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
         values = dict(DEFAULTS[algo])
         for key, value in overrides.items():
             if value is None:
                 continue
             if key not in {f.name for f in dataclasses.fields(cls)}:
-                raise ValueError(f"unknown option {key!r}")
+                raise StaticSettingError(f"unknown option {key!r}")
             if key not in values and key not in ("max_vocab", "workers", "seed"):
-                raise ValueError(f"option {key!r} does not apply to {algo} (its options: {', '.join(sorted(values))})")
+                raise StaticSettingError(f"option {key!r} does not apply to {algo} (its options: {', '.join(sorted(values))})")
             values[key] = value
         if algo in ("cbow", "skipgram", "doc2vec", "fasttext") and not values.get("hs") and not values.get("negative"):
-            raise ValueError(f"{algo}: choose --hs or --negative N > 0 (otherwise nothing is trained)")
+            raise StaticSettingError(f"{algo}: choose --hs or --negative N > 0 (otherwise nothing is trained)")
         return cls(algo=algo, **values)
 
     def to_dict(self) -> dict:
@@ -231,7 +236,7 @@ def _count(c: StaticTrainConfig, corpus: Corpus, folder: Path):
     t0 = time.time()
     words, counts = build_vocab(corpus, min_count=c.min_count, max_size=c.max_vocab)
     if not words:
-        raise ValueError(f"no word occurs {c.min_count} times in the corpus; fix: lower --min-count")
+        raise StaticSettingError(f"no word occurs {c.min_count} times in the corpus; fix: lower --min-count")
     cfg = CooccurrenceConfig(window=c.window, chunk_tokens=c.chunk_tokens, max_pairs_in_memory=c.max_pairs_in_memory)
     matrix = count_cooccurrences(corpus, {w: i for i, w in enumerate(words)}, cfg, spill_dir=folder / "spill")
     shutil.rmtree(folder / "spill", ignore_errors=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 from elmokit.formats.checks import describe_non_finite
 from elmokit.formats.word2vec import VectorFileError, read_word2vec, write_word2vec
 from elmokit.io import atomic_path
@@ -71,7 +71,7 @@ class StaticVectors:
         self.index = {w: i for i, w in enumerate(self.words)}
         if len(self.index) != len(self.words):
             dup = next(w for i, w in enumerate(self.words) if self.index[w] != i)
-            raise ValueError(f"word {dup!r} occurs twice in the table {name}")
+            raise UserError(f"word {dup!r} occurs twice in the table {name}; fix: keep one row per word")
         self.vectors = vectors
         self.name = name
         self.dim = int(vectors.shape[1])
@@ -213,7 +213,7 @@ class StaticVectors:
             if meta_path.exists():
                 meta = json.loads(meta_path.read_text(encoding="utf-8"))
                 if meta.get("format_version", 1) > FORMAT_VERSION:
-                    raise ValueError(f"{meta_path}: format_version {meta['format_version']} is newer than this "
+                    raise VectorFileError(f"{meta_path}: format_version {meta['format_version']} is newer than this "
                                      f"elmokit reads ({FORMAT_VERSION}); fix: upgrade elmokit")
             candidates = [meta.get("vectors", BINARY_NAME), BINARY_NAME, TEXT_NAME]
             file = next((path / c for c in candidates if (path / c).is_file()), None)

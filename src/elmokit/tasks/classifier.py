@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from elmokit.configs import config_from_dict
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class ClassifierConfig:
     def from_dict(cls, values: dict) -> ClassifierConfig:
         version = values.get("format_version")
         if version not in (1, FORMAT_VERSION):
-            raise ValueError(f"classifier config format_version {version!r}; this elmokit reads 1 to {FORMAT_VERSION}")
+            raise UserError(f"classifier config format_version {version!r}; this elmokit reads 1 to {FORMAT_VERSION}")
         if version == 1:  # the representation was a model name or folder, or None (original files: unknown)
             old = values.get("representation")
             values = {**values, "format_version": FORMAT_VERSION,
@@ -209,11 +209,11 @@ class Classifier:
             labels = json.loads((directory / "labels.json").read_text(encoding="utf-8"))
             words = (directory / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
         except (ValueError, TypeError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise ValueError(f"{directory}: not a readable classifier folder: {error}") from None
+            raise UserError(f"{directory}: not a readable classifier folder: {error}") from None
         model = SentenceClassifier(config)
         model.load_state_dict(load_file(str(directory / "model.safetensors")))
         if len(labels) != config.num_labels or len(words) != config.vocab_size:
-            raise ValueError(f"{directory}: labels.json/vocab.txt do not match config.json's sizes")
+            raise UserError(f"{directory}: labels.json/vocab.txt do not match config.json's sizes")
         return cls(model.eval(), WordVocabulary(words), labels)
 
 

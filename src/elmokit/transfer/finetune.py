@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 from elmokit.pretraining.tokenizers import encode_words
 
 FORMAT_VERSION = 1
@@ -243,7 +243,7 @@ class FineTuned:
         model = FineTunedClassifier(base, len(record["labels"]), dropout=options.dropout)
         missing, unexpected = model.load_state_dict(load_file(str(directory / HEAD_FILE)), strict=False)
         if unexpected or any(not k.startswith("base.") for k in missing):
-            raise ValueError(f"{directory}: {HEAD_FILE} does not fit the model (missing {missing}, unexpected {unexpected})")
+            raise UserError(f"{directory}: {HEAD_FILE} does not fit the model (missing {missing}, unexpected {unexpected})")
         return cls(model.eval(), tokenizer, list(record["labels"]), options, record.get("source", ""),
                    record.get("history", []))
 
@@ -264,7 +264,7 @@ def finetune_classifier(
     index = {y: i for i, y in enumerate(labels)}
     model = FineTunedClassifier(base, len(labels), dropout=options.dropout)
     if options.aux_lm and not model.causal:
-        raise ValueError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model, "
+        raise UserError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model, "
                          f"not {base.config.model_type}")
     steps_per_epoch = -(-len(train[0]) // options.batch_size)
     optimizer, scheduler = adamw_with_warmup(model, options, options.epochs * steps_per_epoch)

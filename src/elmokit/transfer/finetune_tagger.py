@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
@@ -89,7 +89,7 @@ def word_windows(tokenizer, words: Sequence[str], max_positions: int) -> list[tu
     windows, start, used = [], 0, 0
     for k, pieces in enumerate(encoding.pieces):
         if len(pieces) > room:
-            raise ValueError(f"the word {words[k]!r} has {len(pieces)} sub-tokens, more than the {room} a window "
+            raise UserError(f"the word {words[k]!r} has {len(pieces)} sub-tokens, more than the {room} a window "
                              f"of {max_positions} positions holds")
         if used + len(pieces) > room:
             windows.append((start, k))
@@ -250,12 +250,12 @@ class FineTunedTagger:
             options = FineTuneOptions(**record["options"])
             labels, output, scheme = list(record["labels"]), record["output"], record.get("scheme")
         except (ValueError, TypeError, KeyError) as error:
-            raise ValueError(f"{directory / TAGGER_CONFIG_FILE}: {error!r}") from None
+            raise UserError(f"{directory / TAGGER_CONFIG_FILE}: {error!r}") from None
         base, tokenizer = load_base(directory / BASE_DIR)
         model = FineTunedTaggerModel(base, labels, output=output, scheme=scheme, dropout=options.dropout)
         missing, unexpected = model.load_state_dict(load_file(str(directory / HEAD_FILE)), strict=False)
         if unexpected or any(not k.startswith("base.") for k in missing):
-            raise ValueError(f"{directory / HEAD_FILE}: does not fit the model (missing "
+            raise UserError(f"{directory / HEAD_FILE}: does not fit the model (missing "
                              f"{[k for k in missing if not k.startswith('base.')]}, unexpected {unexpected})")
         return cls(model.eval(), tokenizer, labels, record.get("task", "ner"), scheme, output, options,
                    record.get("source", ""), record.get("history", []), record.get("best_epoch"),
@@ -283,13 +283,13 @@ def finetune_tagger(
     better one (None: run all ``options.epochs``). ``history``: one dict per epoch, as ``train_tagger``'s."""
     log = log or (lambda message: None)
     if options.aux_lm:
-        raise ValueError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
+        raise UserError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
     if task not in ("ner", "pos"):
         raise ValueError(f"task {task!r}: use ner or pos")
     for name, corpus in (("train", train), ("dev", dev)):
         empty = [i for i, s in enumerate(corpus.sentences) if not s]
         if empty:
-            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
+            raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     torch.manual_seed(options.seed)
     rng = random.Random(options.seed)
     scheme = scheme if task == "ner" else None

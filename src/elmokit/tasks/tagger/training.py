@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmokit.errors import UserError
 from elmokit.features import feature_source
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes
 from elmokit.tasks.tagger.metrics import main_metric
@@ -78,13 +79,13 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
     torch.manual_seed(options.seed)
     rng = random.Random(options.seed)
     if config.elmo != "none" and representation is None:
-        raise ValueError("an ELMo tagger needs a representation (or set elmo='none')")
+        raise UserError("an ELMo tagger needs a representation (or set elmo='none')")
     if config.fine_tune and not hasattr(representation, "bilm"):
-        raise ValueError(f"fine-tuning needs an ELMo model; {getattr(representation, 'name', representation)} has no biLM")
+        raise UserError(f"fine-tuning needs an ELMo model; {getattr(representation, 'name', representation)} has no biLM")
     for name, corpus in (("train", train), ("dev", dev)):
         empty = [i for i, s in enumerate(corpus.sentences) if not s]
         if empty:
-            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
+            raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
 
     words = build_words(train.sentences, config.lowercase, config.min_word_count)
     encode = bio_to_bioes if config.scheme == "BIOES" else list
