@@ -119,3 +119,16 @@ def test_convert_refuses_a_users_folder_and_replaces_its_own_output(tmp_path, ti
     weights = load_original(out / "options.json", out / "weights.hdf5").numpy_state()
     for name, value in load_original(*tiny_original[:2]).numpy_state().items():
         np.testing.assert_array_equal(weights[name], value)
+
+
+def test_static_train_with_force_still_keeps_a_users_folder(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\nthe dog sat on the cat\n" * 3)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    argv = ["static", "train", "--algo", "lsa", "--dim", "2", "--min-count", "1", "--corpus", str(corpus), "--quiet"]
+    assert main([*argv, "--out", str(out), "--force"]) == 2
+    assert "holds 'notes.txt'" in _one_line_error(capsys) and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert main([*argv, "--out", str(corpus), "--force"]) == 2  # the corpus itself
+    assert f"{corpus}: is a file" in _one_line_error(capsys) and corpus.read_text().startswith("the cat sat")

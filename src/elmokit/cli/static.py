@@ -123,6 +123,7 @@ def _config_from_args(args: argparse.Namespace):
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from elmokit.io import check_output
     from elmokit.static.train import static_tokenizer, train_static
     from elmokit.text.corpus import Corpus
 
@@ -133,6 +134,7 @@ def run_train(args: argparse.Namespace) -> int:
     tokenizer = static_tokenizer(args.tokenizer, args.lowercase, pretokenized=args.pretokenized)
     max_tokens = 10_000 if args.algo in ("cbow", "skipgram", "fasttext") else None
     corpus = Corpus(args.corpus, tokenizer=tokenizer, max_tokens=max_tokens, progress=True, limit_lines=args.limit_lines)
+    check_output(args.out, command="static train", inputs=corpus.files, replace=args.force, replace_flag="--force")
     print("elmokit static train: " + json.dumps({"config": config.to_dict(), "corpus": corpus.patterns,
                                                  "tokenizer": tokenizer.to_dict()}), file=sys.stderr)
     # Recorded as the equivalent `elmokit ...` command line, however the CLI was started.
