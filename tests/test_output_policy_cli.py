@@ -132,3 +132,26 @@ def test_static_train_with_force_still_keeps_a_users_folder(tmp_path, capsys):
     assert "holds 'notes.txt'" in _one_line_error(capsys) and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert main([*argv, "--out", str(corpus), "--force"]) == 2  # the corpus itself
     assert f"{corpus}: is a file" in _one_line_error(capsys) and corpus.read_text().startswith("the cat sat")
+
+
+def test_a_file_output_that_is_an_input_or_a_folder_is_refused_before_any_work(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS)
+    assert main(["vocab", "--corpus", str(corpus), "--out", str(corpus)]) == 2  # was: the corpus replaced by its vocabulary
+    assert f"{corpus}: is the input {corpus}" in _one_line_error(capsys) and corpus.read_text() == CORPUS
+    (tmp_path / "link.txt").symlink_to(corpus)
+    assert main(["vocab", "--corpus", str(corpus), "--out", str(tmp_path / "vocab.txt"),
+                 "--counts", str(tmp_path / "link.txt")]) == 2  # the input by another name
+    assert "is the input" in _one_line_error(capsys) and corpus.read_text() == CORPUS
+    assert not (tmp_path / "vocab.txt").exists()
+
+    data = tmp_path / "ner.conll"
+    data.write_text(NER)
+    assert main(["tag", "train", "--train", str(data), "--dev", str(data), "--format", "conll", "--no-elmo", "--epochs", "1",
+                 "--word-dim", "3", "--hidden-dim", "2", "--out", str(tmp_path / "tagger")]) == 0
+    capsys.readouterr()
+    for out in (data, tmp_path / "tagger"):
+        assert main(["tag", "predict", "--tagger", str(tmp_path / "tagger"), "--input", str(data), "--format", "conll",
+                     "--out", str(out)]) == 2
+        assert f"{out}: is " in _one_line_error(capsys)
+    assert data.read_text() == NER

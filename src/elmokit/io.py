@@ -330,6 +330,24 @@ def check_output(target: str | os.PathLike, *, command: str, inputs: Iterable[st
     return resolved
 
 
+def check_output_file(target: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
+    """Refuse ``target`` as an output file before any work: an existing folder, or one of ``inputs`` by any
+    name (a symlink, a hard link), which writing would destroy. The file itself is written with
+    :func:`atomic_path`, so an existing output is replaced only when the new one is complete."""
+    path = Path(target)
+    if path.is_dir():
+        raise OutputRefused(f"{path}: is a folder; give the path of the file to write")
+    for item in inputs:
+        if item is None or not os.path.exists(item):
+            continue
+        same = path.resolve() == Path(item).resolve()
+        with contextlib.suppress(OSError):
+            same = same or os.path.samefile(path, item)
+        if same:
+            raise OutputRefused(f"{path}: is the input {item}; writing it would destroy the input; give another output path")
+    return path
+
+
 def read_output_record(folder: str | os.PathLike) -> dict | None:
     """The ``.elmokit-output.json`` of ``folder`` (which command wrote it, its artifact and files), or None."""
     try:

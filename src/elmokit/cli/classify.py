@@ -199,12 +199,14 @@ def _classifier_and_features(args: argparse.Namespace, model_dir: str, sentences
 def run_predict(args: argparse.Namespace) -> int:
     import torch
 
-    from elmokit.io import atomic_path
+    from elmokit.io import atomic_path, check_output_file
     from elmokit.tasks.data import read_text
     from elmokit.text.corpus import Tokenizer
 
     apply_threads(args)
     model_dir, input_path = _predict_paths(args)
+    if args.out:
+        check_output_file(args.out, inputs=[input_path])  # before any work
     sentences = read_text(input_path, Tokenizer(kind=args.tokenizer))
     classifier, features = _classifier_and_features(args, model_dir, sentences)
     probabilities = torch.softmax(classifier.logits(sentences, features, batch_size=args.batch_size), dim=1)

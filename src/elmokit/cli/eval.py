@@ -34,7 +34,7 @@ from elmokit.cli.arguments import (
     tagger_train_options,
 )
 from elmokit.cli.common import add_threads_argument, non_negative_float, non_negative_int, number_list, positive_int
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 
 
 def register(subparsers) -> None:
@@ -78,7 +78,7 @@ def _register_similarity(sub) -> None:
                    help="tables: count only words with their own row as covered (no fastText n-gram vectors)")
     p.add_argument("--data-dir", default=None, help="the wordsim folder (default: $ELMOKIT_SHARED/data/wordsim or ../shared)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=run_similarity)
+    p.set_defaults(func=lambda args: _run_reporting("eval similarity", run_similarity, args))
 
 
 def _load(args) -> list:
@@ -105,8 +105,8 @@ def run_similarity(args: argparse.Namespace) -> int:
     from elmokit.io import atomic_path
 
     if not args.vectors and not args.model:
-        print("elmokit eval similarity: error: give --vectors DIR|FILE or --model MODEL", file=sys.stderr)
-        return 2
+        raise UserError("give --vectors DIR|FILE or --model MODEL")
+    _check_out(args)
     datasets = [d for d in args.datasets.split(",") if d]
     analogies = [a for a in args.analogies.split(",") if a]
     lowercase = None if args.lowercase == "auto" else args.lowercase == "yes"
@@ -177,6 +177,7 @@ def run_tagging(args: argparse.Namespace) -> int:
     from elmokit.tasks.data import TaggingDataError
 
     apply_threads(args)
+    _check_out(args)
     try:
         if getattr(args, "recipe", "feature") == "finetune":  # BERT §5.3: cli/finetune_tag_recipe.py
             from elmokit.cli.finetune_tag_recipe import run_eval
@@ -222,6 +223,15 @@ def _representation(args):
     return load_representation(args, batch_size=args.batch_size)[0]
 
 
+def _check_out(args) -> None:
+    """Refuse ``--out`` before any work: a folder, or one of the inputs (``elmokit.io.check_output_file``)."""
+    from elmokit.cli.arguments import input_paths
+    from elmokit.io import check_output_file
+
+    if getattr(args, "out", None):
+        check_output_file(args.out, inputs=[*input_paths(args), getattr(args, "analogy_vocab", None)])
+
+
 def _write_json(path, payload) -> None:
     from elmokit.io import atomic_path
 
@@ -264,6 +274,7 @@ def run_probe(args: argparse.Namespace) -> int:
 
     from elmokit.evaluation.probe import format_probe_table, probe_layers, ud_ewt_splits
 
+    _check_out(args)
     splits = ud_ewt_splits(args.data_dir, max_sentences=args.max_sentences)
     rep = _representation(args)
     result = probe_layers(rep, splits["train"], splits["dev"], splits["test"], weight_decays=args.weight_decays,
@@ -304,6 +315,7 @@ def run_wsd(args: argparse.Namespace) -> int:
         read_semcor_tsv,
     )
 
+    _check_out(args)
     folder = Path(args.data_dir) if args.data_dir else shared_data("wsd")
     wordnet = Path(args.wordnet) if args.wordnet else shared_data("wordnet3.0", "wordnet-3.0.tar.xz")
     test_dir = folder / "Evaluation_Datasets" / args.test
@@ -351,8 +363,8 @@ def run_sst(args: argparse.Namespace) -> int:
     variants = [v for v in args.variants.split(",") if v]
     for name, given, allowed in (("--tasks", tasks, {"sst5", "sst2"}), ("--variants", variants, {"baseline", "elmo"})):
         if not given or set(given) - allowed:
-            print(f"elmokit eval sst: error: {name} takes {', '.join(sorted(allowed))}", file=sys.stderr)
-            return 2
+            raise UserError(f"{name} takes {', '.join(sorted(allowed))}")
+    _check_out(args)
     rep = _representation(args)
     result = evaluate_sst(rep, data_dir=args.data_dir, tasks=tasks, variants=variants, cache_dir=args.cache_dir,
                           max_train=args.max_train, log=logging.getLogger("elmokit.sst").info,

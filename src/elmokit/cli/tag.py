@@ -127,12 +127,14 @@ def _register_predict(sub) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    from elmokit.io import check_output_file
     from elmokit.tasks.data import read_conll, read_conllu, read_text, write_conll
     from elmokit.tasks.tagger import SequenceTagger, main_metric, score
     from elmokit.text.corpus import Tokenizer
     from elmokit.transfer.finetune_tagger import FineTunedTagger, is_finetuned_tagger_folder
 
     apply_threads(args)
+    check_output_file(args.out, inputs=[args.input])  # before any work
     if is_finetuned_tagger_folder(args.tagger):  # --recipe finetune: the transformer reads the words itself
         tagger = FineTunedTagger.load(args.tagger)
         task = tagger.task
