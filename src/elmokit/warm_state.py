@@ -160,10 +160,12 @@ def save_warm_state(directory: str | os.PathLike, state: WarmState) -> Path:
     """Write ``directory / warm_state.safetensors`` atomically."""
     from safetensors.numpy import save_file
 
+    from elmokit.formats.checks import refuse_non_finite
     from elmokit.io import atomic_path
 
     target = Path(directory) / WARM_STATE_NAME
     arrays = {"h": state.h.detach().cpu().numpy().astype(np.float32), "c": state.c.detach().cpu().numpy().astype(np.float32)}
+    refuse_non_finite(arrays, target)
     metadata = {key: json.dumps(value) for key, value in state.metadata.items()}
     with atomic_path(target) as tmp:
         save_file(arrays, tmp, metadata=metadata)
