@@ -99,9 +99,7 @@ def _clean(value):
 
 
 def run_similarity(args: argparse.Namespace) -> int:
-    from elmokit.evaluation.word_similarity import DatasetError, evaluate, format_table
-    from elmokit.formats import ModelFolderError
-    from elmokit.formats.word2vec import VectorFileError
+    from elmokit.evaluation.word_similarity import evaluate, format_table
     from elmokit.io import atomic_path
 
     if not args.vectors and not args.model:
@@ -111,22 +109,21 @@ def run_similarity(args: argparse.Namespace) -> int:
     analogies = [a for a in args.analogies.split(",") if a]
     lowercase = None if args.lowercase == "auto" else args.lowercase == "yes"
     vocab = None
-    try:
-        if args.analogy_vocab:
+    if args.analogy_vocab:
+        try:
             lines = Path(args.analogy_vocab).read_text(encoding="utf-8").splitlines()
-            vocab = [line.split()[0] for line in lines if line.strip()]
-        results = []
-        for rep in _load(args):
-            use = analogies if (vocab is not None or hasattr(rep, "words")) else []
-            if use != analogies:
-                print(f"elmokit eval similarity: {rep.name}: no word list, analogies skipped (give --analogy-vocab)",
-                      file=sys.stderr)
-            results.append(evaluate(rep, datasets=datasets, analogies=use, layer=args.layer, lowercase=lowercase,
-                                    top_n=args.top_n, vocab=vocab, data_dir=args.data_dir,
-                                    in_vocab_only=args.in_vocab_only))
-    except (DatasetError, VectorFileError, ModelFolderError, FileNotFoundError, ValueError) as error:
-        print(f"elmokit eval similarity: error: {error}", file=sys.stderr)
-        return 2
+        except UnicodeDecodeError as error:
+            raise UserError(f"{args.analogy_vocab}: not UTF-8 text (byte {error.start}); give a word list") from None
+        vocab = [line.split()[0] for line in lines if line.strip()]
+    results = []
+    for rep in _load(args):
+        use = analogies if (vocab is not None or hasattr(rep, "words")) else []
+        if use != analogies:
+            print(f"elmokit eval similarity: {rep.name}: no word list, analogies skipped (give --analogy-vocab)",
+                  file=sys.stderr)
+        results.append(evaluate(rep, datasets=datasets, analogies=use, layer=args.layer, lowercase=lowercase,
+                                top_n=args.top_n, vocab=vocab, data_dir=args.data_dir,
+                                in_vocab_only=args.in_vocab_only))
     print(format_table(results))
     if args.out:
         out = Path(args.out)
@@ -174,27 +171,22 @@ def run_tagging(args: argparse.Namespace) -> int:
     from elmokit.cli.common import apply_threads, load_representation
     from elmokit.evaluation.tagging import format_table, run_benchmark
     from elmokit.io import atomic_path
-    from elmokit.tasks.data import TaggingDataError
 
     apply_threads(args)
     _check_out(args)
-    try:
-        if getattr(args, "recipe", "feature") == "finetune":  # BERT §5.3: cli/finetune_tag_recipe.py
-            from elmokit.cli.finetune_tag_recipe import run_eval
+    if getattr(args, "recipe", "feature") == "finetune":  # BERT §5.3: cli/finetune_tag_recipe.py
+        from elmokit.cli.finetune_tag_recipe import run_eval
 
-            results = run_eval(args)
-        else:
-            representation, spec = load_representation(args)
-            results = run_benchmark(
-                [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
-                baseline=not args.no_baseline, options=tagger_train_options(args),
-                config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
-                max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
-                max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
-            )
-    except (TaggingDataError, ValueError) as error:
-        print(f"elmokit eval {args.task}: error: {error}", file=sys.stderr)
-        return 2
+        results = run_eval(args)
+    else:
+        representation, spec = load_representation(args)
+        results = run_benchmark(
+            [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
+            baseline=not args.no_baseline, options=tagger_train_options(args),
+            config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
+            max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
+            max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
+        )
     pos = "UPOS token accuracy" if "pd_pos" not in args.datasets else "token accuracy (UPOS; PKU tags on pd_pos)"
     metric = {"pos": pos, "ner": "span F1, seqeval strict mode (IOB2)", "cws": "word F1, SIGHAN bakeoff scorer rules"}[args.task]
     print(f"{metric}, in %; best epoch by dev score")
@@ -262,11 +254,7 @@ def _register_probe(sub) -> None:
 def _run_reporting(command, func, args) -> int:
     from elmokit.cli.common import run_reporting_errors
 
-    try:
-        return run_reporting_errors(command, func, args)
-    except ValueError as error:  # malformed data files: the message names file and line
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(command, func, args)
 
 
 def run_probe(args: argparse.Namespace) -> int:

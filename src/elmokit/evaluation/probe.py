@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from elmokit.data_paths import shared_data
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 from elmokit.features import stack_token_features
 
 # Table 6 of Peters et al. (2018), POS tagging accuracy (PTB WSJ test) of a linear probe per layer.
@@ -130,7 +130,7 @@ def probe_layers(
     results = []
     for layer in (range(rep.num_layers) if layers is None else layers):
         if not 0 <= layer < rep.num_layers:
-            raise ValueError(f"layer {layer} out of range: {rep.name} has layers 0..{rep.num_layers - 1}")
+            raise UserError(f"layer {layer} out of range: {rep.name} has layers 0..{rep.num_layers - 1}")
         best = None
         dev_by_decay = {}
         for decay in weight_decays:
