@@ -138,7 +138,7 @@ def test_a_file_output_that_is_an_input_or_a_folder_is_refused_before_any_work(t
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(CORPUS)
     assert main(["vocab", "--corpus", str(corpus), "--out", str(corpus)]) == 2  # was: the corpus replaced by its vocabulary
-    assert f"{corpus}: is the input {corpus}" in _one_line_error(capsys) and corpus.read_text() == CORPUS
+    assert f"{corpus}: is the input file {corpus}" in _one_line_error(capsys) and corpus.read_text() == CORPUS
     (tmp_path / "link.txt").symlink_to(corpus)
     assert main(["vocab", "--corpus", str(corpus), "--out", str(tmp_path / "vocab.txt"),
                  "--counts", str(tmp_path / "link.txt")]) == 2  # the input by another name

@@ -344,7 +344,8 @@ def check_output_file(target: str | os.PathLike, *, inputs: Iterable[str | os.Pa
         with contextlib.suppress(OSError):
             same = same or os.path.samefile(path, item)
         if same:
-            raise OutputRefused(f"{path}: is the input {item}; writing it would destroy the input; give another output path")
+            raise OutputRefused(f"{path}: is the input file {item}; writing it would destroy the input; give another "
+                                "output path")
     return path
 
 
