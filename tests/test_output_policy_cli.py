@@ -155,3 +155,13 @@ def test_a_file_output_that_is_an_input_or_a_folder_is_refused_before_any_work(t
                      "--out", str(out)]) == 2
         assert f"{out}: is " in _one_line_error(capsys)
     assert data.read_text() == NER
+
+
+def test_embed_ray_refuses_a_folder_that_is_no_earlier_job(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("a b\n")
+    out = tmp_path / "shards"
+    out.mkdir()
+    (out / "shard-00000.h5").write_text("a file of the user's that a job's rerun would have removed")
+    assert main(["embed", "--ray", str(tmp_path / "in.txt"), str(out)]) == 2
+    assert "holds 'shard-00000.h5' and is no earlier output of `elmokit embed --ray`" in _one_line_error(capsys)
+    assert [p.name for p in out.iterdir()] == ["shard-00000.h5"]
