@@ -140,3 +140,30 @@ def test_the_word2vec_writer_refuses_non_finite_vectors(tmp_path):
     with pytest.raises(NonFiniteWeights, match=r"v\.txt: not written: tensor 'vectors' holds 1 non-finite value"):
         write_word2vec(tmp_path / "v.txt", ["a", "b"], np.array([[1.0, 2.0], [np.nan, 0.0]], dtype=np.float32))
     assert not (tmp_path / "v.txt").exists()
+
+
+def test_a_saved_tagger_or_classifier_holding_nan_is_refused_at_load(tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    from elmokit.formats.checks import NonFiniteFile
+    from elmokit.tasks.classifier import Classifier
+
+    data = tmp_path / "ner.conll"
+    data.write_text(NER)
+    (tmp_path / "train.tsv").write_text("pos\tgreat fun\nneg\tdull mess\n")
+    assert main(["tag", "train", "--train", str(data), "--dev", str(data), "--format", "conll", "--no-elmo", "--epochs", "1",
+                 "--word-dim", "3", "--hidden-dim", "2", "--out", str(tmp_path / "tagger")]) == 0
+    assert main(["classify", "train", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "train.tsv"),
+                 "--no-elmo", "--epochs", "1", "--word-dim", "3", "--hidden-dim", "2", "--out", str(tmp_path / "clf")]) == 0
+    for folder in (tmp_path / "tagger", tmp_path / "clf"):
+        state = load_file(str(folder / "model.safetensors"))
+        name = sorted(state)[0]
+        state[name] = state[name].clone().fill_(float("nan"))
+        save_file(state, str(folder / "model.safetensors"))
+    capsys.readouterr()
+    assert main(["tag", "predict", "--tagger", str(tmp_path / "tagger"), "--input", str(data), "--format", "conll",
+                 "--out", str(tmp_path / "tagged.conll")]) == 2
+    weights = tmp_path / "tagger" / "model.safetensors"
+    assert f"{weights}: tensor " in _one_line_error(capsys) and not (tmp_path / "tagged.conll").exists()
+    with pytest.raises(NonFiniteFile, match=r"clf/model\.safetensors: tensor '.+' holds \d+ non-finite values \(first: nan"):
+        Classifier.load(tmp_path / "clf")

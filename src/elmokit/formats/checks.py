@@ -39,3 +39,18 @@ def refuse_non_finite(tensors: Mapping[str, object], target: str | os.PathLike) 
         if problem:
             raise NonFiniteWeights(f"{os.fspath(target)}: not written: tensor {name!r} holds {problem}; the model "
                                    "diverged: train again with a lower learning rate (or from the last finite checkpoint)")
+
+
+class NonFiniteFile(UserError):
+    """A weight file read holds NaN or infinity: refused at load (every output computed from it would be NaN)."""
+
+
+def refuse_non_finite_read(tensors: Mapping[str, object], path: str | os.PathLike) -> Mapping[str, object]:
+    """Return ``tensors`` read from ``path``, or raise ``NonFiniteFile`` naming the file and the first
+    tensor that holds NaN or infinity."""
+    for name, value in tensors.items():
+        problem = describe_non_finite(value)
+        if problem:
+            raise NonFiniteFile(f"{os.fspath(path)}: tensor {name!r} holds {problem}; refusing a damaged model: "
+                                "train it again, or copy it again from where it was trained")
+    return tensors

@@ -40,6 +40,7 @@ from torch import nn
 
 from elmokit.configs import config_from_dict
 from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,6 @@ class Classifier:
         under the output policy (``elmokit.io.output_directory``; ``inputs`` may not be the folder)."""
         from safetensors.torch import save_file
 
-        from elmokit.formats.checks import refuse_non_finite
         from elmokit.io import output_directory
 
         directory = Path(directory)
@@ -211,7 +211,8 @@ class Classifier:
         except (ValueError, TypeError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise UserError(f"{directory}: not a readable classifier folder: {error}") from None
         model = SentenceClassifier(config)
-        model.load_state_dict(load_file(str(directory / "model.safetensors")))
+        model.load_state_dict(refuse_non_finite_read(load_file(str(directory / "model.safetensors")),
+                                                     directory / "model.safetensors"))
         if len(labels) != config.num_labels or len(words) != config.vocab_size:
             raise UserError(f"{directory}: labels.json/vocab.txt do not match config.json's sizes")
         return cls(model.eval(), WordVocabulary(words), labels)

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
 from elmokit.pretraining.tokenizers import encode_words
 
 FORMAT_VERSION = 1
@@ -158,7 +159,6 @@ def save_finetuned_folder(directory: str | os.PathLike, model: nn.Module, tokeni
     under the output policy of ``command`` (``elmokit.io.output_directory``)."""
     from safetensors.torch import save_file
 
-    from elmokit.formats.checks import refuse_non_finite
     from elmokit.io import output_directory
 
     directory = Path(directory)
@@ -241,7 +241,8 @@ class FineTuned:
         options = FineTuneOptions(**record["options"])
         base, tokenizer = load_base(directory / BASE_DIR)
         model = FineTunedClassifier(base, len(record["labels"]), dropout=options.dropout)
-        missing, unexpected = model.load_state_dict(load_file(str(directory / HEAD_FILE)), strict=False)
+        missing, unexpected = model.load_state_dict(refuse_non_finite_read(load_file(str(directory / HEAD_FILE)),
+                                                                     directory / HEAD_FILE), strict=False)
         if unexpected or any(not k.startswith("base.") for k in missing):
             raise UserError(f"{directory}: {HEAD_FILE} does not fit the model (missing {missing}, unexpected {unexpected})")
         return cls(model.eval(), tokenizer, list(record["labels"]), options, record.get("source", ""),

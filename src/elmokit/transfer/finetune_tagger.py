@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite_read
 from elmokit.pretraining.tokenizers import WordEncoding, encode_words
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
@@ -253,7 +254,8 @@ class FineTunedTagger:
             raise UserError(f"{directory / TAGGER_CONFIG_FILE}: {error!r}") from None
         base, tokenizer = load_base(directory / BASE_DIR)
         model = FineTunedTaggerModel(base, labels, output=output, scheme=scheme, dropout=options.dropout)
-        missing, unexpected = model.load_state_dict(load_file(str(directory / HEAD_FILE)), strict=False)
+        missing, unexpected = model.load_state_dict(refuse_non_finite_read(load_file(str(directory / HEAD_FILE)),
+                                                                     directory / HEAD_FILE), strict=False)
         if unexpected or any(not k.startswith("base.") for k in missing):
             raise UserError(f"{directory / HEAD_FILE}: does not fit the model (missing "
                              f"{[k for k in missing if not k.startswith('base.')]}, unexpected {unexpected})")

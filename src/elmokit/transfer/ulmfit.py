@@ -64,6 +64,7 @@ from torch import nn
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
 from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
 from elmokit.nn.lstm import reverse_padded
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.lm import Candidates, LanguageModel, rows
@@ -379,7 +380,6 @@ class ULMFiTClassifier:
         the output policy (``elmokit.io.output_directory``; ``inputs`` may not be the folder)."""
         from safetensors.torch import save_file
 
-        from elmokit.formats.checks import refuse_non_finite
         from elmokit.io import output_directory
         from elmokit.tasks.classifier import SAVED_BY
 
@@ -402,7 +402,7 @@ class ULMFiTClassifier:
         try:
             config = ULMFiTConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")))
             labels = json.loads((directory / LABELS_NAME).read_text(encoding="utf-8"))
-            state = load_file(str(directory / WEIGHTS_NAME))
+            state = refuse_non_finite_read(load_file(str(directory / WEIGHTS_NAME)), directory / WEIGHTS_NAME)
         except (ValueError, TypeError, SafetensorError, OSError) as error:  # JSON/Unicode errors are ValueErrors
             raise ULMFiTError(f"{directory}: not a readable ULMFiT classifier folder: {error}") from None
         if not isinstance(labels, list) or len(labels) != config.num_labels:

@@ -20,7 +20,7 @@ import torch
 
 from elmokit.errors import UserError
 from elmokit.features import pad_features
-from elmokit.formats.checks import refuse_non_finite
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
 from elmokit.io import output_directory
 from elmokit.representation import RepresentationError, load_representation
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
@@ -193,7 +193,8 @@ class SequenceTagger:
                     f"{directory}: trained on {config.elmo_layers} layers of dim {config.elmo_dim}, but the "
                     f"representation {representation.name} has {representation.num_layers} of dim {representation.dim}")
             tagger.representation = representation
-        missing, unexpected = tagger.model.load_state_dict(load_file(str(directory / WEIGHTS_NAME)), strict=False)
+        missing, unexpected = tagger.model.load_state_dict(
+            refuse_non_finite_read(load_file(str(directory / WEIGHTS_NAME)), directory / WEIGHTS_NAME), strict=False)
         missing = [k for k in missing if not k.startswith("bilm.")]
         if missing or unexpected:
             raise TaggerFolderError(f"{directory / WEIGHTS_NAME}: missing {missing}, unexpected {unexpected}")
