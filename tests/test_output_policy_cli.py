@@ -165,3 +165,12 @@ def test_embed_ray_refuses_a_folder_that_is_no_earlier_job(tmp_path, capsys):
     assert main(["embed", "--ray", str(tmp_path / "in.txt"), str(out)]) == 2
     assert "holds 'shard-00000.h5' and is no earlier output of `elmokit embed --ray`" in _one_line_error(capsys)
     assert [p.name for p in out.iterdir()] == ["shard-00000.h5"]
+
+
+def test_a_cache_folder_inside_the_output_is_refused_before_training(tmp_path, capsys):
+    data = tmp_path / "ner.conll"
+    data.write_text(NER)
+    out = tmp_path / "tagger"
+    assert main(["tag", "train", "--train", str(data), "--dev", str(data), "--format", "conll", "--no-elmo", "--epochs", "1",
+                 "--out", str(out), "--cache-dir", str(out / "cache")]) == 2
+    assert "input" in _one_line_error(capsys) and not out.exists()

@@ -55,9 +55,10 @@ INPUT_FLAGS = ("train", "dev", "test", "model", "options_file", "weight_file", "
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
-    """The existing paths the input flags of ``args`` name (``--model default`` names no path)."""
-    return [value for value in (getattr(args, name, None) for name in INPUT_FLAGS)
-            if isinstance(value, str) and os.path.exists(value)]
+    """The paths the input flags of ``args`` name (``--model`` only where it is a path: ``default`` is a name;
+    a ``--cache-dir`` still to be made counts too, so that training never fills the output folder)."""
+    return [value for name in INPUT_FLAGS if isinstance(value := getattr(args, name, None), str)
+            and (name != "model" or os.path.exists(value))]
 
 
 def check_out(args: argparse.Namespace, command: str) -> list[str]:
