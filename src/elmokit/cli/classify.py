@@ -186,12 +186,12 @@ def _classifier_and_features(args: argparse.Namespace, model_dir: str, sentences
         if rep is None:  # no flag: the representation the classifier was trained with
             if not config.representation:
                 raise UserError(f"{model_dir}: the config does not say which representation it was trained on; "
-                                 "give --model, --options-file/--weight-file or --vectors")
+                                "give --model, --options-file/--weight-file or --vectors")
             rep = load_spec(config.representation, base=model_dir, source=str(Path(model_dir) / "config.json"),
                             batch_size=args.batch_size)
         if (rep.num_layers, rep.dim) != (config.elmo_layers, config.elmo_dim):
             raise UserError(f"the representation gives {rep.num_layers} layers of {rep.dim}; the classifier was "
-                             f"trained on {config.elmo_layers} of {config.elmo_dim}")
+                            f"trained on {config.elmo_layers} of {config.elmo_dim}")
         features = InMemoryFeatures(rep.embed(sentences))
     return classifier, features
 

@@ -55,7 +55,7 @@ def refuse_feature_flags(args: argparse.Namespace) -> None:
             if hasattr(args, dest) and getattr(args, dest) != defaults[dest]]
     if used:
         raise UserError(f"--recipe finetune trains the transformer with a linear layer, not the feature-based "
-                         f"BiLSTM-CRF: {', '.join(used)} cannot be used with it")
+                        f"BiLSTM-CRF: {', '.join(used)} cannot be used with it")
 
 
 def finetune_settings(args: argparse.Namespace) -> dict:

@@ -41,7 +41,7 @@ def ud_ewt_splits(data_dir: str | os.PathLike | None = None, *, max_sentences: i
         path = folder / f"en_ewt-ud-{split}.conllu"
         if not path.is_file():
             raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the UD_English-EWT folder) "
-                                    f"or set ELMOKIT_SHARED")
+                                f"or set ELMOKIT_SHARED")
         corpus = read_conllu(path)  # UPOS; multiword ranges and empty nodes skipped
         sentences, tags = corpus.sentences, corpus.labels
         if max_sentences is not None:

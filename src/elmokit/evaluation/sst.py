@@ -114,7 +114,7 @@ def sst_dir(data_dir: str | os.PathLike | None = None) -> Path:
     for split in ("train", "dev", "test"):
         if not (folder / f"{split}.txt").is_file():
             raise InputNotFound(f"{folder / (split + '.txt')}: no such file; fix: pass --data-dir (the SST trees "
-                                    f"folder) or set ELMOKIT_SHARED")
+                                f"folder) or set ELMOKIT_SHARED")
     return folder
 
 

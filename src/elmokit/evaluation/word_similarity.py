@@ -190,7 +190,7 @@ class WordVectors:
                  in_vocab_only: bool = False) -> None:
         if not 0 <= layer < rep.num_layers:
             raise UserError(f"--layer {layer} is out of range: {rep.name} has {rep.num_layers} layer(s) "
-                             f"(0..{rep.num_layers - 1})")
+                            f"(0..{rep.num_layers - 1})")
         self.rep = rep
         self.layer = layer
         self.lowercase = bool(getattr(rep, "lowercase", False)) if lowercase is None else lowercase

@@ -199,7 +199,7 @@ def read_first_senses(wordnet: str | os.PathLike) -> dict[tuple[str, str], str]:
         wordnet = wordnet / "index.sense"
     if not wordnet.exists():
         raise InputNotFound(f"{wordnet}: no such file; fix: give WordNet 3.0's index.sense, its folder, "
-                                f"or wordnet-3.0.tar.xz")
+                            f"or wordnet-3.0.tar.xz")
     if wordnet.name.endswith((".tar.xz", ".tar.gz", ".tar", ".tgz")):
         with tarfile.open(wordnet) as archive:
             member = next((m for m in archive.getmembers() if m.name.endswith("/index.sense")), None)

@@ -96,7 +96,7 @@ class TransformerRepresentation:
         folder = Path(path)
         if not (folder / "config.json").is_file():
             raise InputNotFound(f"{folder}: not a transformers model folder (no config.json); save one with "
-                                    "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)")
+                                "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)")
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # the dropped pretraining heads are expected, not news
         try:

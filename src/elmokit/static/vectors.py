@@ -214,12 +214,12 @@ class StaticVectors:
                 meta = json.loads(meta_path.read_text(encoding="utf-8"))
                 if meta.get("format_version", 1) > FORMAT_VERSION:
                     raise VectorFileError(f"{meta_path}: format_version {meta['format_version']} is newer than this "
-                                     f"elmokit reads ({FORMAT_VERSION}); fix: upgrade elmokit")
+                                          f"elmokit reads ({FORMAT_VERSION}); fix: upgrade elmokit")
             candidates = [meta.get("vectors", BINARY_NAME), BINARY_NAME, TEXT_NAME]
             file = next((path / c for c in candidates if (path / c).is_file()), None)
             if file is None:
                 raise InputNotFound(f"{path} holds no {BINARY_NAME} or {TEXT_NAME}; fix: point at a folder "
-                                        "written by `elmokit static train` or at a vector file")
+                                    "written by `elmokit static train` or at a vector file")
             sub = meta.get("subwords")
             if sub and limit is None:
                 from safetensors.numpy import load_file

@@ -266,7 +266,7 @@ def finetune_classifier(
     model = FineTunedClassifier(base, len(labels), dropout=options.dropout)
     if options.aux_lm and not model.causal:
         raise UserError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model, "
-                         f"not {base.config.model_type}")
+                        f"not {base.config.model_type}")
     steps_per_epoch = -(-len(train[0]) // options.batch_size)
     optimizer, scheduler = adamw_with_warmup(model, options, options.epochs * steps_per_epoch)
     targets = torch.tensor([index[y] for y in train[1]])

@@ -91,7 +91,7 @@ def word_windows(tokenizer, words: Sequence[str], max_positions: int) -> list[tu
     for k, pieces in enumerate(encoding.pieces):
         if len(pieces) > room:
             raise UserError(f"the word {words[k]!r} has {len(pieces)} sub-tokens, more than the {room} a window "
-                             f"of {max_positions} positions holds")
+                            f"of {max_positions} positions holds")
         if used + len(pieces) > room:
             windows.append((start, k))
             start, used = k, 0
@@ -245,7 +245,7 @@ class FineTunedTagger:
         for name in (TAGGER_CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():
                 raise InputNotFound(f"{directory}: not a fine-tuned tagger folder (no {name}); "
-                                        "train one with `elmokit tag train --recipe finetune`")
+                                    "train one with `elmokit tag train --recipe finetune`")
         try:
             record = json.loads((directory / TAGGER_CONFIG_FILE).read_text(encoding="utf-8"))
             options = FineTuneOptions(**record["options"])
@@ -258,7 +258,7 @@ class FineTunedTagger:
                                                                      directory / HEAD_FILE), strict=False)
         if unexpected or any(not k.startswith("base.") for k in missing):
             raise UserError(f"{directory / HEAD_FILE}: does not fit the model (missing "
-                             f"{[k for k in missing if not k.startswith('base.')]}, unexpected {unexpected})")
+                            f"{[k for k in missing if not k.startswith('base.')]}, unexpected {unexpected})")
         return cls(model.eval(), tokenizer, labels, record.get("task", "ner"), scheme, output, options,
                    record.get("source", ""), record.get("history", []), record.get("best_epoch"),
                    record.get("results", {}))
