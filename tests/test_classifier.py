@@ -120,7 +120,7 @@ def test_save_load_round_trip(tmp_path):
                                      representation={"kind": "elmo", "model": "default"})
     classifier.save(tmp_path / "model")
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
-        "config.json", "labels.json", "model.safetensors", "vocab.txt"]
+        ".elmokit-output.json", "config.json", "labels.json", "model.safetensors", "vocab.txt"]
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["format_version"] == 2 and config["mix_l2"] == 0.001
     assert config["representation"] == {"kind": "elmo", "model": "default"}

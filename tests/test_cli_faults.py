@@ -324,8 +324,9 @@ def test_counts_are_singular_for_one(tmp_path, model_dir, caplog, capsys):
 
 
 def test_corpus_that_is_a_directory_is_named_as_one(tmp_path, capsys):
-    status, err = run_cli(capsys, "neighbors", "index", "--corpus", tmp_path, "--out", tmp_path / "index",
+    (tmp_path / "texts").mkdir()  # beside the output: an output inside an input folder is refused first
+    status, err = run_cli(capsys, "neighbors", "index", "--corpus", tmp_path / "texts", "--out", tmp_path / "index",
                           "--model", tmp_path / "no-model")
     assert status == 2
-    assert error_lines(err) == [f"elmokit neighbors: error: corpus '{tmp_path}' is a directory, not a file; fix: give the "
-                                f"files in it, e.g. '{tmp_path / '*.txt'}' (quoted)"]
+    assert error_lines(err) == [f"elmokit neighbors: error: corpus '{tmp_path / 'texts'}' is a directory, not a file; fix: "
+                                f"give the files in it, e.g. '{tmp_path / 'texts' / '*.txt'}' (quoted)"]

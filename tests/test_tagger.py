@@ -113,7 +113,7 @@ def test_save_load_round_trip_predicts_identically(hidden_bit, tmp_path):
     before = tagger.predict(dev.sentences)
     tagger.save(tmp_path / "tagger")
     assert sorted(p.name for p in (tmp_path / "tagger").iterdir()) == [
-        "config.json", "metrics.json", "model.safetensors", "vocab.json"]
+        ".elmokit-output.json", "config.json", "metrics.json", "model.safetensors", "vocab.json"]
     assert list(tmp_path.iterdir()) == [tmp_path / "tagger"]  # no temporary folder left behind
     loaded = SequenceTagger.load(tmp_path / "tagger", representation=rep)
     assert loaded.config == config

@@ -8,6 +8,7 @@ re-exports both names.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -46,16 +47,42 @@ class BiLMConfig:
 
     def __post_init__(self) -> None:
         # JSON gives lists; keep the frozen config hashable and comparable.
-        object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        try:
+            object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        except (TypeError, ValueError):
+            raise ValueError(f"field filters must be [width, count] pairs of integers, got {self.filters!r}") from None
+        self._check_settings()
         if self.max_characters_per_token != 50:
             raise ValueError("ELMo character ids are fixed at 50 per token (max_characters_per_token=50)")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ValueError(f"field dropout must be in [0, 1), got {self.dropout}")
         if self.n_characters != 262:
             raise ValueError(
                 f"n_characters must be 262 (261 ids + padding); got {self.n_characters}. "
                 "Files written with 261 are converted on load."
             )
+
+    def _check_settings(self) -> None:
+        """Refuse a setting no biLM can have (a negative clip would clamp every value to it), naming the field."""
+        if self.activation not in ("relu", "tanh"):
+            raise ValueError(f"field activation must be 'relu' or 'tanh', got {self.activation!r}")
+        for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"field {name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.n_highway, bool) or not isinstance(self.n_highway, int) or self.n_highway < 0:
+            raise ValueError(f"field n_highway must be an integer >= 0, got {self.n_highway!r}")
+        if not self.filters or any(w < 1 or w > self.max_characters_per_token or n < 1 for w, n in self.filters):
+            raise ValueError(f"field filters must be [width, count] pairs with 1 <= width <= "
+                             f"{self.max_characters_per_token} and count >= 1, got {[list(f) for f in self.filters]}")
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"field {name} must be a finite number > 0, or null for no clipping; got {value!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) or not math.isfinite(self.dropout):
+            raise ValueError(f"field dropout must be a number in [0, 1), got {self.dropout!r}")
 
     @property
     def n_filters(self) -> int:

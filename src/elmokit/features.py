@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from elmokit.errors import InputNotFound
 from elmokit.io import atomic_directory
 from elmokit.representation import fingerprint
 
@@ -140,7 +141,7 @@ class FeatureCache:
         self.directory = Path(directory)
         meta_path = self.directory / "meta.json"
         if not meta_path.exists():
-            raise FileNotFoundError(f"{self.directory}: not a feature cache (no meta.json)")
+            raise InputNotFound(f"{self.directory}: not a feature cache (no meta.json)")
         self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if self.meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{meta_path}: format_version {self.meta.get('format_version')}, expected {FORMAT_VERSION}")

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from elmokit.errors import UserError
+from elmokit.errors import NoSpaceLeft, UserError, is_disk_full
 
 logger = logging.getLogger(__name__)
 
@@ -167,10 +167,12 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
         yield str(tmp)
         os.chmod(tmp, 0o666 & ~umask)  # after the writer: it may have replaced the temporary file
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
+        if is_disk_full(error):
+            raise _disk_full(target) from error
         raise
     finally:
         if tmp is not None:
@@ -217,13 +219,20 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp, target)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as error:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(error):
+            raise _disk_full(target) from error
         raise
     finally:
         if tmp is not None:
             _release(tmp)
+
+
+def _disk_full(target: Path) -> NoSpaceLeft:
+    return NoSpaceLeft(f"{target}: the disk filled up while it was written; it was left as it was (the partial "
+                       "temporary removed); free some space, or write to another disk")
 
 
 def _apply_umask(folder: Path) -> None:
@@ -280,7 +289,7 @@ def _same_or_inside(path: Path, other: Path) -> bool:
 
 
 def check_output(target: str | os.PathLike, *, command: str, inputs: Iterable[str | os.PathLike | None] = (),
-                 replace: bool = True) -> Path:
+                 replace: bool = True, replace_flag: str | None = None) -> Path:
     """Refuse ``target`` as the output folder of ``command`` before any work; return it resolved.
 
     The policy every command that writes a folder keeps:
@@ -290,7 +299,8 @@ def check_output(target: str | os.PathLike, *, command: str, inputs: Iterable[st
     - a missing or empty folder is fine;
     - a non-empty folder is accepted only when it is an earlier output of the same ``command`` (its
       ``.elmokit-output.json`` says so) holding nothing but the files that command wrote, and ``replace``
-      is true; anything else is refused, naming the folder and what is in the way. Nothing here deletes.
+      is true; anything else is refused, naming the folder and what is in the way (and ``replace_flag``, the
+      command's flag that allows replacing its earlier output, where it has one). Nothing here deletes.
     """
     path = Path(target)
     resolved = path.resolve()
@@ -305,8 +315,8 @@ def check_output(target: str | os.PathLike, *, command: str, inputs: Iterable[st
         return resolved
     record = read_output_record(path)
     if record is None:
-        raise OutputRefused(f"{path}: a non-empty folder that elmokit did not write; give a new or empty folder "
-                            "(nothing in it is touched)")
+        raise OutputRefused(f"{path}: holds {sorted(os.listdir(path))[0]!r} and is no earlier output of `elmokit "
+                            f"{command}`; give a new or empty folder (nothing in it is touched)")
     if record.get("command") != command:
         raise OutputRefused(f"{path}: holds the output of `elmokit {record.get('command')}`, not of `elmokit {command}`; "
                             "give another folder")
@@ -315,9 +325,28 @@ def check_output(target: str | os.PathLike, *, command: str, inputs: Iterable[st
         raise OutputRefused(f"{path}: holds {foreign[0]!r}, which `elmokit {command}` did not write; move it away or "
                             "give another folder (nothing is deleted)")
     if not replace:
-        raise OutputRefused(f"{path}: holds an earlier output of `elmokit {command}`; give another folder, or ask to "
-                            "replace it")
+        how = f"pass {replace_flag} to replace it" if replace_flag else "ask to replace it"
+        raise OutputRefused(f"{path}: holds an earlier output of `elmokit {command}`; give another folder, or {how}")
     return resolved
+
+
+def check_output_file(target: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
+    """Refuse ``target`` as an output file before any work: an existing folder, or one of ``inputs`` by any
+    name (a symlink, a hard link), which writing would destroy. The file itself is written with
+    :func:`atomic_path`, so an existing output is replaced only when the new one is complete."""
+    path = Path(target)
+    if path.is_dir():
+        raise OutputRefused(f"{path}: is a folder; give the path of the file to write")
+    for item in inputs:
+        if item is None or not os.path.exists(item):
+            continue
+        same = path.resolve() == Path(item).resolve()
+        with contextlib.suppress(OSError):
+            same = same or os.path.samefile(path, item)
+        if same:
+            raise OutputRefused(f"{path}: is the input file {item}; writing it would destroy the input; give another "
+                                "output path")
+    return path
 
 
 def read_output_record(folder: str | os.PathLike) -> dict | None:
@@ -343,11 +372,11 @@ def write_output_record(folder: str | os.PathLike, *, command: str, artifact: st
 
 @contextlib.contextmanager
 def output_directory(target: str | os.PathLike, *, command: str, inputs: Iterable[str | os.PathLike | None] = (),
-                     artifact: str | None = None, replace: bool = True) -> Iterator[Path]:
+                     artifact: str | None = None, replace: bool = True, replace_flag: str | None = None) -> Iterator[Path]:
     """Check ``target`` by :func:`check_output`, then yield a temporary folder that replaces it, recorded
     as ``command``'s output, only when the block succeeds (:func:`atomic_directory`). A failure leaves
     ``target`` as it was, so the same command can simply be run again."""
-    check_output(target, command=command, inputs=inputs, replace=replace)
+    check_output(target, command=command, inputs=inputs, replace=replace, replace_flag=replace_flag)
     with atomic_directory(target) as tmp:
         yield tmp
         write_output_record(tmp, command=command, artifact=artifact)

@@ -51,7 +51,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from elmokit.errors import UserError
+from elmokit.errors import InputNotFound, UserError
 from elmokit.formats import SHIPPED_MODELS, embedding_hdf5
 from elmokit.io import read_output_record
 
@@ -463,7 +463,7 @@ def spec_from_flags(
         if initial_state != "zero":
             raise RepresentationError("--initial-state applies to ELMo models, not to --vectors")
         if not Path(vectors).exists():
-            raise FileNotFoundError(f"--vectors {vectors}: no such file or folder")
+            raise InputNotFound(f"--vectors {vectors}: no such file or folder")
         return {"kind": StaticTable.kind, "path": str(Path(vectors).resolve())}
     if options_file is not None:
         spec = {"kind": ElmoOriginalFiles.kind, "options_file": str(Path(options_file).resolve()),

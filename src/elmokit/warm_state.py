@@ -46,7 +46,7 @@ from safetensors.numpy import save_file
 
 from elmokit.bilm import BiLM  # this module uses the model; the model never imports it
 from elmokit.errors import UserError
-from elmokit.formats.checks import describe_non_finite
+from elmokit.formats.checks import describe_non_finite, refuse_non_finite
 from elmokit.io import atomic_path
 from elmokit.text.chars import batch_to_ids
 
@@ -163,6 +163,7 @@ def save_warm_state(directory: str | os.PathLike, state: WarmState) -> Path:
     """Write ``directory / warm_state.safetensors`` atomically."""
     target = Path(directory) / WARM_STATE_NAME
     arrays = {"h": state.h.detach().cpu().numpy().astype(np.float32), "c": state.c.detach().cpu().numpy().astype(np.float32)}
+    refuse_non_finite(arrays, target)
     metadata = {key: json.dumps(value) for key, value in state.metadata.items()}
     with atomic_path(target) as tmp:
         save_file(arrays, tmp, metadata=metadata)

@@ -83,7 +83,8 @@ def test_refuses_to_overwrite_and_keeps_old_run(tmp_path, tiny_corpus, capsys):
     assert main(base) == 0
     before = (out / "vectors.txt").read_bytes()
     assert main(base) == 2
-    assert "exists and is not empty" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds an earlier output of `elmokit static train`" in err and "--force" in err
     assert main(base[:-1] + ["--min-count", "100000", "--force", "--quiet"]) == 2  # fails: nothing left
     assert (out / "vectors.txt").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "run"]  # no partial folder left

@@ -281,6 +281,11 @@ def prepare_outdir(input_file: str | os.PathLike, outdir: str | os.PathLike) -> 
         raise OutputFileError(f"{outdir}: is a file; with --ray the output is a folder of shards and index.json")
     if not outdir.parent.is_dir():
         raise OutputFileError(f"{outdir.parent}: output directory does not exist; create it first (mkdir -p {outdir.parent})")
+    if outdir.is_dir() and not (outdir / INDEX_NAME).exists() and any(outdir.iterdir()):
+        # not a job's folder: its files are the user's (a rerun would remove shard-named ones)
+        first = sorted(os.listdir(outdir))[0]
+        raise OutputFileError(f"{outdir}: holds {first!r} and is no earlier output of `elmokit embed --ray` (no "
+                              f"{INDEX_NAME}); give a new or empty folder (nothing in it is touched)")
     outdir.mkdir(exist_ok=True)
     if not os.access(outdir, os.W_OK):
         raise OutputFileError(f"{outdir}: cannot write in it; give a folder you can write to")

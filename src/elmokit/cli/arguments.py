@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from elmokit.cli.common import (
     add_model_arguments,
@@ -44,7 +45,30 @@ def add_task_file_arguments(parser: argparse.ArgumentParser, *, dev: str, test: 
     parser.add_argument("--train", required=True, metavar="FILE", help="training file")
     parser.add_argument("--dev", required=True, metavar="FILE", help=f"development file ({dev})")
     parser.add_argument("--test", default=None, metavar="FILE", help=f"test file, {test} (default: none)")
-    parser.add_argument("--out", required=True, metavar="DIR", help=f"the {out} folder to write (replaced atomically)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help=f"the {out} folder to write: a new or empty folder, or an earlier {out} folder, replaced "
+                        "atomically (anything else is refused, never deleted)")
+
+
+# The flags that name what a command reads: its output may not be, hold or lie inside any of them.
+INPUT_FLAGS = ("train", "dev", "test", "model", "options_file", "weight_file", "vectors", "cache_dir", "corpus", "index")
+
+
+def input_paths(args: argparse.Namespace) -> list[str]:
+    """The paths the input flags of ``args`` name (``--model`` only where it is a path: ``default`` is a name;
+    a ``--cache-dir`` still to be made counts too, so that training never fills the output folder)."""
+    return [value for name in INPUT_FLAGS if isinstance(value := getattr(args, name, None), str)
+            and (name != "model" or os.path.exists(value))]
+
+
+def check_out(args: argparse.Namespace, command: str) -> list[str]:
+    """Refuse ``--out`` before any work by the one output policy (``elmokit.io.check_output``); return the
+    inputs, for the saver to check again when it writes."""
+    from elmokit.io import check_output
+
+    inputs = input_paths(args)
+    check_output(args.out, command=command, inputs=inputs)
+    return inputs
 
 
 def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,9 @@ from elmokit.cli.arguments import (
     add_classifier_training_arguments,
     add_representation_arguments,
     add_task_file_arguments,
+    check_out,
     classifier_training_options,
+    input_paths,
 )
 from elmokit.cli.common import (
     add_threads_argument,
@@ -39,6 +41,7 @@ from elmokit.cli.common import (
 )
 from elmokit.cli.finetune_recipe import add_finetune_arguments, run_finetune_train
 from elmokit.cli.ulmfit_recipe import add_ulmfit_arguments, run_ulmfit_train
+from elmokit.errors import InputNotFound, UserError
 
 # How the pretrained model is transferred: feature = frozen layers through a learned scalar mix
 # (ELMo's way, tasks/classifier.py); ulmfit = Howard & Ruder's fine-tuning of the LM (transfer/ulmfit.py);
@@ -69,7 +72,7 @@ def register(subparsers) -> None:
                        "transformer folder --model with a classification layer (GPT/BERT; flags below) (default: %(default)s)")
     add_ulmfit_arguments(train)
     add_finetune_arguments(train)
-    train.set_defaults(func=lambda args: _run("classify train", run_train, args))
+    train.set_defaults(func=lambda args: run_reporting_errors("classify train", run_train, args))
 
     predict = sub.add_parser("predict", help="label the sentences of a file with a saved classifier",
                              description="Writes 'label<TAB>probability' per input line. The representation is the one "
@@ -84,7 +87,7 @@ def register(subparsers) -> None:
                            help_prefix="how input lines are cut (give the one the classifier was trained with): ")
     add_threads_argument(predict)
     add_representation_arguments(predict)
-    predict.set_defaults(func=lambda args: _run("classify predict", run_predict, args))
+    predict.set_defaults(func=lambda args: run_reporting_errors("classify predict", run_predict, args))
 
     evaluate = sub.add_parser("eval", help="accuracy of a saved classifier on labelled data",
                               description="Prints the accuracy and error of a classifier written by `elmokit classify "
@@ -97,16 +100,8 @@ def register(subparsers) -> None:
     add_tokenizer_argument(evaluate, default="whitespace", help_prefix="how tsv sentences are cut: ")
     add_threads_argument(evaluate)
     add_representation_arguments(evaluate)
-    evaluate.set_defaults(func=lambda args: _run("classify eval", run_eval, args))
+    evaluate.set_defaults(func=lambda args: run_reporting_errors("classify eval", run_eval, args))
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
-
-
-def _run(command, func, args) -> int:
-    try:
-        return run_reporting_errors(command, func, args)
-    except ValueError as error:  # malformed data or model files: the message names the file
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
-        return 2
 
 
 def _read(path: str, data_format: str, tokenizer: str = "whitespace"):
@@ -118,7 +113,7 @@ def _read(path: str, data_format: str, tokenizer: str = "whitespace"):
     from elmokit.evaluation.sst import read_sst, sst_task
 
     if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+        raise InputNotFound(f"{path}: no such file")
     sentences, labels = read_sst(path)
     kept, names = sst_task(sentences, labels, binary=data_format == "sst2")
     return [sentences[i] for i in kept], names
@@ -130,6 +125,7 @@ def run_train(args: argparse.Namespace) -> int:
     from elmokit.tasks.classifier import train_classifier
 
     apply_threads(args)
+    check_out(args, "classify train")  # before any work
     data = {name: _read(path, args.format, args.tokenizer) for name, path in (("train", args.train), ("dev", args.dev),
                                                                ("test", args.test)) if path}
     if args.recipe == "ulmfit":
@@ -154,7 +150,7 @@ def run_train(args: argparse.Namespace) -> int:
             print(f"test accuracy {classifier.accuracy(*data['test'], features.get('test')):.2f}")
     if classifier.model.layer_weights():
         print("layer weights " + ", ".join(f"{w:.3f}" for w in classifier.model.layer_weights()["weights"]))
-    classifier.save(args.out)
+    classifier.save(args.out, inputs=input_paths(args))
     print(f"saved {args.out}")
     return 0
 
@@ -163,10 +159,10 @@ def _predict_paths(args: argparse.Namespace) -> tuple[str, str]:
     """--classifier and --input, or the older positional form `DIR FILE`."""
     if args.positional:
         if len(args.positional) != 2 or args.classifier or args.input:
-            raise ValueError("give --classifier DIR --input FILE (or the older form: DIR FILE)")
+            raise UserError("give --classifier DIR --input FILE (or the older form: DIR FILE)")
         return args.positional[0], args.positional[1]
     if not args.classifier or not args.input:
-        raise ValueError("give --classifier DIR (from `elmokit classify train`) and --input FILE")
+        raise UserError("give --classifier DIR (from `elmokit classify train`) and --input FILE")
     return args.classifier, args.input
 
 
@@ -189,13 +185,13 @@ def _classifier_and_features(args: argparse.Namespace, model_dir: str, sentences
         rep, _ = load_representation(args, batch_size=args.batch_size, default_model=None)
         if rep is None:  # no flag: the representation the classifier was trained with
             if not config.representation:
-                raise ValueError(f"{model_dir}: the config does not say which representation it was trained on; "
-                                 "give --model, --options-file/--weight-file or --vectors")
+                raise UserError(f"{model_dir}: the config does not say which representation it was trained on; "
+                                "give --model, --options-file/--weight-file or --vectors")
             rep = load_spec(config.representation, base=model_dir, source=str(Path(model_dir) / "config.json"),
                             batch_size=args.batch_size)
         if (rep.num_layers, rep.dim) != (config.elmo_layers, config.elmo_dim):
-            raise ValueError(f"the representation gives {rep.num_layers} layers of {rep.dim}; the classifier was "
-                             f"trained on {config.elmo_layers} of {config.elmo_dim}")
+            raise UserError(f"the representation gives {rep.num_layers} layers of {rep.dim}; the classifier was "
+                            f"trained on {config.elmo_layers} of {config.elmo_dim}")
         features = InMemoryFeatures(rep.embed(sentences))
     return classifier, features
 
@@ -203,12 +199,14 @@ def _classifier_and_features(args: argparse.Namespace, model_dir: str, sentences
 def run_predict(args: argparse.Namespace) -> int:
     import torch
 
-    from elmokit.io import atomic_path
+    from elmokit.io import atomic_path, check_output_file
     from elmokit.tasks.data import read_text
     from elmokit.text.corpus import Tokenizer
 
     apply_threads(args)
     model_dir, input_path = _predict_paths(args)
+    if args.out:
+        check_output_file(args.out, inputs=[input_path])  # before any work
     sentences = read_text(input_path, Tokenizer(kind=args.tokenizer))
     classifier, features = _classifier_and_features(args, model_dir, sentences)
     probabilities = torch.softmax(classifier.logits(sentences, features, batch_size=args.batch_size), dim=1)

@@ -9,16 +9,9 @@ import signal
 import sys
 import threading
 
-from elmokit.formats import ModelFolderError, WeightFileError
-from elmokit.formats.embedding_hdf5 import InputFileError, OutputFileError
+from elmokit.errors import as_user_error
 from elmokit.representation import RepresentationError
 from elmokit.text.corpus import TOKENIZER_KINDS
-from elmokit.text.segmenters import SegmenterError
-from elmokit.warm_state import WarmStateError
-
-# Errors that are the user's input, reported as one line without a traceback.
-USER_ERRORS = (InputFileError, OutputFileError, WeightFileError, ModelFolderError, WarmStateError, RepresentationError,
-               FileNotFoundError, SegmenterError)
 
 TOKENIZER_HELP = ("whitespace (str.split), regex (\\w+|[^\\w\\s]), or a word segmenter for text written without "
                   "spaces: jieba, rjieba, pkuseg (Chinese; pip install 'elmokit[zh]'), chars (every Han character a token)")
@@ -177,14 +170,18 @@ def signals_as_interrupts():
 
 
 def run_reporting_errors(command: str, func, args: argparse.Namespace) -> int:
-    """Run ``func(args)``: user errors as one line (exit 2), Ctrl-C (130), SIGTERM (143) and
+    """Run ``func(args)``: user errors (``elmokit.errors.UserError``, and a missing file or a full disk
+    met by the standard library: ``as_user_error``) as one line (exit 2), Ctrl-C (130), SIGTERM (143) and
     SIGHUP (129) as one line after the temporaries are removed."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         with signals_as_interrupts():
             return int(func(args) or 0)
-    except USER_ERRORS as error:
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
+    except (ValueError, OSError) as error:  # UserError is a ValueError; as_user_error says which are the user's
+        user_error = as_user_error(error)
+        if user_error is None:
+            raise
+        print(f"elmokit {command}: error: {user_error}", file=sys.stderr)
         return 2
     except Terminated as stop:
         name = signal.Signals(stop.signum).name

@@ -18,28 +18,30 @@ def register(subparsers) -> None:
         "options.json + weights.hdf5; an original folder (options.json + one .hdf5) becomes a native one.",
     )
     parser.add_argument("source", help="model folder, or 'default'")
-    parser.add_argument("destination", help="folder to write (created if missing)")
+    parser.add_argument("destination", help="folder to write: a new or empty folder, or an earlier output of convert "
+                        "(replaced atomically; anything else is refused, never deleted)")
     parser.add_argument("--to", choices=("native", "original"), default=None, help="target format (default: the other one)")
     parser.set_defaults(func=lambda args: run_reporting_errors("convert", run, args))
 
 
 def run(args: argparse.Namespace) -> int:
     from elmokit.formats import CONFIG_NAME, load_bilm, resolve_model_path, save_native, save_original
-    from elmokit.io import atomic_path
+    from elmokit.io import check_output, output_directory
     from elmokit.representation import require_elmo_folder
     from elmokit.warm_state import WARM_STATE_NAME
 
     require_elmo_folder(args.source, "elmokit convert")
     source = resolve_model_path(args.source)
+    destination = Path(args.destination)
+    check_output(destination, command="convert", inputs=[source])  # before the model loads
     target = args.to or ("original" if (source / CONFIG_NAME).exists() else "native")
     bilm = load_bilm(source)
-    destination = Path(args.destination)
-    if target == "native":
-        save_native(bilm, destination)
-    else:
-        save_original(bilm, destination)
-    if (source / WARM_STATE_NAME).exists():  # keyed by the parameters, so valid in either format
-        with atomic_path(destination / WARM_STATE_NAME) as tmp:
-            shutil.copyfile(source / WARM_STATE_NAME, tmp)
+    with output_directory(destination, command="convert", inputs=[source], artifact="elmo") as tmp:
+        if target == "native":
+            save_native(bilm, tmp)
+        else:
+            save_original(bilm, tmp)
+        if (source / WARM_STATE_NAME).exists():  # keyed by the parameters, so valid in either format
+            shutil.copyfile(source / WARM_STATE_NAME, tmp / WARM_STATE_NAME)
     print(f"elmokit convert: wrote {target} model to {destination}", file=sys.stderr)
     return 0

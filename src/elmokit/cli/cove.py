@@ -18,6 +18,7 @@ import sys
 
 from elmokit.cli.common import add_threads_argument, apply_threads, non_negative_int, positive_float, positive_int, probability
 from elmokit.cli.training_common import run_training_command
+from elmokit.errors import InputNotFound
 
 
 def register(subparsers) -> None:
@@ -168,7 +169,7 @@ def run_bleu(args: argparse.Namespace) -> int:
     else:
         run = Path(args.model) if (Path(args.model) / "training.json").is_file() else Path(args.model).parent
         if not (run / "training.json").is_file():
-            raise FileNotFoundError(f"{args.model}: no training.json to say which books were held out; give --src and --tgt")
+            raise InputNotFound(f"{args.model}: no training.json to say which books were held out; give --src and --tgt")
         record = json.loads((run / "training.json").read_text(encoding="utf-8"))
         training = CoveTrainingConfig.from_dict(record["training"])
         data = record["data"]

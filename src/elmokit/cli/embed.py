@@ -122,8 +122,7 @@ def run_sharded(args: argparse.Namespace) -> int:
     try:
         import ray  # noqa: F401
     except ModuleNotFoundError:
-        print("elmokit embed: error: --ray needs Ray; pip install 'elmokit[bulk]'", file=sys.stderr)
-        return 2
+        raise InputFileError("--ray needs Ray; pip install 'elmokit[bulk]'") from None
     from elmokit.bulk.ray_runner import ray_runner
 
     apply_threads(args)

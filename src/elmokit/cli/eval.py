@@ -35,6 +35,7 @@ from elmokit.cli.arguments import (
 )
 from elmokit.cli.common import add_threads_argument, non_negative_float, non_negative_int, number_list, positive_int
 from elmokit.cli.eval_glue import register_glue, register_squad
+from elmokit.errors import InputNotFound, UserError
 
 
 def register(subparsers) -> None:
@@ -80,7 +81,7 @@ def _register_similarity(sub) -> None:
                    help="tables: count only words with their own row as covered (no fastText n-gram vectors)")
     p.add_argument("--data-dir", default=None, help="the wordsim folder (default: $ELMOKIT_SHARED/data/wordsim or ../shared)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=run_similarity)
+    p.set_defaults(func=lambda args: _run_reporting("eval similarity", run_similarity, args))
 
 
 def _load(args) -> list:
@@ -101,34 +102,31 @@ def _clean(value):
 
 
 def run_similarity(args: argparse.Namespace) -> int:
-    from elmokit.evaluation.word_similarity import DatasetError, evaluate, format_table
-    from elmokit.formats import ModelFolderError
-    from elmokit.formats.word2vec import VectorFileError
+    from elmokit.evaluation.word_similarity import evaluate, format_table
     from elmokit.io import atomic_path
 
     if not args.vectors and not args.model:
-        print("elmokit eval similarity: error: give --vectors DIR|FILE or --model MODEL", file=sys.stderr)
-        return 2
+        raise UserError("give --vectors DIR|FILE or --model MODEL")
+    _check_out(args)
     datasets = [d for d in args.datasets.split(",") if d]
     analogies = [a for a in args.analogies.split(",") if a]
     lowercase = None if args.lowercase == "auto" else args.lowercase == "yes"
     vocab = None
-    try:
-        if args.analogy_vocab:
+    if args.analogy_vocab:
+        try:
             lines = Path(args.analogy_vocab).read_text(encoding="utf-8").splitlines()
-            vocab = [line.split()[0] for line in lines if line.strip()]
-        results = []
-        for rep in _load(args):
-            use = analogies if (vocab is not None or hasattr(rep, "words")) else []
-            if use != analogies:
-                print(f"elmokit eval similarity: {rep.name}: no word list, analogies skipped (give --analogy-vocab)",
-                      file=sys.stderr)
-            results.append(evaluate(rep, datasets=datasets, analogies=use, layer=args.layer, lowercase=lowercase,
-                                    top_n=args.top_n, vocab=vocab, data_dir=args.data_dir,
-                                    in_vocab_only=args.in_vocab_only))
-    except (DatasetError, VectorFileError, ModelFolderError, FileNotFoundError, ValueError) as error:
-        print(f"elmokit eval similarity: error: {error}", file=sys.stderr)
-        return 2
+        except UnicodeDecodeError as error:
+            raise UserError(f"{args.analogy_vocab}: not UTF-8 text (byte {error.start}); give a word list") from None
+        vocab = [line.split()[0] for line in lines if line.strip()]
+    results = []
+    for rep in _load(args):
+        use = analogies if (vocab is not None or hasattr(rep, "words")) else []
+        if use != analogies:
+            print(f"elmokit eval similarity: {rep.name}: no word list, analogies skipped (give --analogy-vocab)",
+                  file=sys.stderr)
+        results.append(evaluate(rep, datasets=datasets, analogies=use, layer=args.layer, lowercase=lowercase,
+                                top_n=args.top_n, vocab=vocab, data_dir=args.data_dir,
+                                in_vocab_only=args.in_vocab_only))
     print(format_table(results))
     if args.out:
         out = Path(args.out)
@@ -176,26 +174,22 @@ def run_tagging(args: argparse.Namespace) -> int:
     from elmokit.cli.common import apply_threads, load_representation
     from elmokit.evaluation.tagging import format_table, run_benchmark
     from elmokit.io import atomic_path
-    from elmokit.tasks.data import TaggingDataError
 
     apply_threads(args)
-    try:
-        if getattr(args, "recipe", "feature") == "finetune":  # BERT §5.3: cli/finetune_tag_recipe.py
-            from elmokit.cli.finetune_tag_recipe import run_eval
+    _check_out(args)
+    if getattr(args, "recipe", "feature") == "finetune":  # BERT §5.3: cli/finetune_tag_recipe.py
+        from elmokit.cli.finetune_tag_recipe import run_eval
 
-            results = run_eval(args)
-        else:
-            representation, spec = load_representation(args)
-            results = run_benchmark(
-                [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
-                baseline=not args.no_baseline, options=tagger_train_options(args),
-                config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
-                max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
-                max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
-            )
-    except (TaggingDataError, ValueError) as error:
-        print(f"elmokit eval {args.task}: error: {error}", file=sys.stderr)
-        return 2
+        results = run_eval(args)
+    else:
+        representation, spec = load_representation(args)
+        results = run_benchmark(
+            [d for d in args.datasets.split(",") if d], representation, representation_spec=spec,
+            baseline=not args.no_baseline, options=tagger_train_options(args),
+            config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
+            max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
+            max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
+        )
     pos = "UPOS token accuracy" if "pd_pos" not in args.datasets else "token accuracy (UPOS; PKU tags on pd_pos)"
     metric = {"pos": pos, "ner": "span F1, seqeval strict mode (IOB2)", "cws": "word F1, SIGHAN bakeoff scorer rules"}[args.task]
     print(f"{metric}, in %; best epoch by dev score")
@@ -222,6 +216,15 @@ def _representation(args):
 
     apply_threads(args)
     return load_representation(args, batch_size=args.batch_size)[0]
+
+
+def _check_out(args) -> None:
+    """Refuse ``--out`` before any work: a folder, or one of the inputs (``elmokit.io.check_output_file``)."""
+    from elmokit.cli.arguments import input_paths
+    from elmokit.io import check_output_file
+
+    if getattr(args, "out", None):
+        check_output_file(args.out, inputs=[*input_paths(args), getattr(args, "analogy_vocab", None)])
 
 
 def _write_json(path, payload) -> None:
@@ -254,11 +257,7 @@ def _register_probe(sub) -> None:
 def _run_reporting(command, func, args) -> int:
     from elmokit.cli.common import run_reporting_errors
 
-    try:
-        return run_reporting_errors(command, func, args)
-    except ValueError as error:  # malformed data files: the message names file and line
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(command, func, args)
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -266,6 +265,7 @@ def run_probe(args: argparse.Namespace) -> int:
 
     from elmokit.evaluation.probe import format_probe_table, probe_layers, ud_ewt_splits
 
+    _check_out(args)
     splits = ud_ewt_splits(args.data_dir, max_sentences=args.max_sentences)
     rep = _representation(args)
     result = probe_layers(rep, splits["train"], splits["dev"], splits["test"], weight_decays=args.weight_decays,
@@ -306,12 +306,13 @@ def run_wsd(args: argparse.Namespace) -> int:
         read_semcor_tsv,
     )
 
+    _check_out(args)
     folder = Path(args.data_dir) if args.data_dir else shared_data("wsd")
     wordnet = Path(args.wordnet) if args.wordnet else shared_data("wordnet3.0", "wordnet-3.0.tar.xz")
     test_dir = folder / "Evaluation_Datasets" / args.test
     for path in (folder / "semcor30.tsv", test_dir / f"{args.test}.data.xml", test_dir / f"{args.test}.gold.key.txt"):
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
+            raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
     first_senses = read_first_senses(wordnet)
     test = read_raganato_xml(test_dir / f"{args.test}.data.xml")
     gold = read_gold_keys(test_dir / f"{args.test}.gold.key.txt")
@@ -353,8 +354,8 @@ def run_sst(args: argparse.Namespace) -> int:
     variants = [v for v in args.variants.split(",") if v]
     for name, given, allowed in (("--tasks", tasks, {"sst5", "sst2"}), ("--variants", variants, {"baseline", "elmo"})):
         if not given or set(given) - allowed:
-            print(f"elmokit eval sst: error: {name} takes {', '.join(sorted(allowed))}", file=sys.stderr)
-            return 2
+            raise UserError(f"{name} takes {', '.join(sorted(allowed))}")
+    _check_out(args)
     rep = _representation(args)
     result = evaluate_sst(rep, data_dir=args.data_dir, tasks=tasks, variants=variants, cache_dir=args.cache_dir,
                           max_train=args.max_train, log=logging.getLogger("elmokit.sst").info,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from elmokit.cli.arguments import refuse_representation_flags
+from elmokit.cli.arguments import input_paths, refuse_representation_flags
 from elmokit.cli.common import non_negative_float, probability
 
 FINETUNE_LR = 5e-5  # BERT's fine-tuning rate (--lr's default with this recipe)
@@ -54,6 +54,6 @@ def run_finetune_train(args: argparse.Namespace, data: dict) -> int:
     print(f"dev accuracy {max(h['dev_accuracy'] for h in classifier.history):.2f}")
     if "test" in data:
         print(f"test accuracy {classifier.accuracy(*data['test']):.2f}")
-    classifier.save(args.out)
+    classifier.save(args.out, inputs=input_paths(args))
     print(f"saved {args.out}")
     return 0

@@ -20,8 +20,9 @@ import json
 import logging
 import sys
 
-from elmokit.cli.arguments import add_tagger_arguments, refuse_representation_flags
+from elmokit.cli.arguments import add_tagger_arguments, input_paths, refuse_representation_flags
 from elmokit.cli.finetune_recipe import FINETUNE_LR, add_finetune_arguments
+from elmokit.errors import UserError
 
 FINETUNE_EPOCHS = 3  # BERT §A.3 (2, 3 or 4 recommended)
 # The feature-based tagger's flags (dest names), refused with --recipe finetune when set to anything but
@@ -47,14 +48,14 @@ def _feature_defaults() -> dict:
 
 
 def refuse_feature_flags(args: argparse.Namespace) -> None:
-    """Refuse, by flag name, what only the frozen-representation tagger uses (ValueError)."""
+    """Refuse, by flag name, what only the frozen-representation tagger uses (UserError)."""
     refuse_representation_flags(args, "finetune", "a transformer folder", need_model=True)
     defaults = _feature_defaults()
     used = ["--" + dest.replace("_", "-") for dest in FEATURE_ONLY
             if hasattr(args, dest) and getattr(args, dest) != defaults[dest]]
     if used:
-        raise ValueError(f"--recipe finetune trains the transformer with a linear layer, not the feature-based "
-                         f"BiLSTM-CRF: {', '.join(used)} cannot be used with it")
+        raise UserError(f"--recipe finetune trains the transformer with a linear layer, not the feature-based "
+                        f"BiLSTM-CRF: {', '.join(used)} cannot be used with it")
 
 
 def finetune_settings(args: argparse.Namespace) -> dict:
@@ -71,11 +72,7 @@ def run_tag_train(args: argparse.Namespace, task: str, train, dev, test) -> int:
     """``tag train --recipe finetune``: fine-tune, report dev (and test), save to ``--out``."""
     from elmokit.transfer.finetune_tagger import finetune_tagger
 
-    try:
-        refuse_feature_flags(args)
-    except ValueError as error:
-        print(f"elmokit tag train: error: {error}", file=sys.stderr)
-        return 2
+    refuse_feature_flags(args)
     settings = finetune_settings(args)
     print(json.dumps({"recipe": "finetune", "model": args.model, "task": task, "output": settings["output"],
                       "train": args.train, "train_sentences": len(train)}, indent=2), file=sys.stderr)
@@ -95,19 +92,19 @@ def save_and_report(tagger, args: argparse.Namespace, task: str, test) -> None:
     if test is not None:
         results["test"] = tagger.evaluate(test)
     tagger.results = {"command": ["elmokit"] + list(getattr(args, "argv", [])), **results}
-    tagger.save(args.out)
+    tagger.save(args.out, inputs=input_paths(args))
     name = "span F1 (seqeval strict, IOB2)" if task == "ner" else "token accuracy"
     for split, result in results.items():
         print(f"{split}: {name} {100 * main_metric(result, task):.2f}")
 
 
 def run_eval(args: argparse.Namespace) -> list[dict]:
-    """``eval ner|pos --recipe finetune``: the benchmark's result rows (ValueError on refused flags)."""
+    """``eval ner|pos --recipe finetune``: the benchmark's result rows (UserError on refused flags)."""
     from elmokit.evaluation.tagging import run_finetune_benchmark
 
     refuse_feature_flags(args)
     if args.task == "cws":
-        raise ValueError("--recipe finetune tags words (NER, POS); word segmentation is not supported")
+        raise UserError("--recipe finetune tags words (NER, POS); word segmentation is not supported")
     return run_finetune_benchmark(
         [d for d in args.datasets.split(",") if d], args.model, scheme=args.scheme, **finetune_settings(args),
         max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,

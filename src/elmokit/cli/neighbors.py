@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from elmokit.cli.arguments import check_out
 from elmokit.cli.common import (
     add_model_arguments,
     add_speed_arguments,
@@ -29,6 +30,7 @@ from elmokit.cli.common import (
     positive_int,
     run_reporting_errors,
 )
+from elmokit.errors import InputNotFound
 
 
 def register(subparsers) -> None:
@@ -78,61 +80,58 @@ def _read_corpus(args):
     from elmokit.text.corpus import Corpus, Tokenizer
 
     if args.corpus is None:
-        raise FileNotFoundError("give --corpus FILE (the text to index) or --index DIR (an index built before)")
+        raise InputNotFound("give --corpus FILE (the text to index) or --index DIR (an index built before)")
     return list(Corpus(args.corpus, tokenizer=Tokenizer(kind=args.tokenizer), max_tokens=args.max_tokens,
                        limit_lines=args.max_sentences))
 
 
 def run(args: argparse.Namespace) -> int:
     from elmokit.evaluation.neighbors import NeighborIndex, NeighborIndexError, format_neighbors, nearest_occurrences
-    from elmokit.text.corpus import CorpusError, Tokenizer
+    from elmokit.text.corpus import Tokenizer
 
     apply_threads(args)
-    try:
-        if args.query == ["index"]:
-            if args.out is None:
-                raise NeighborIndexError("`elmokit neighbors index` needs --out DIR")
-            sentences = _read_corpus(args)
-            rep = load_embedder(args, batch_size=args.batch_size)
-            source = {"corpus": str(args.corpus), "tokenizer": args.tokenizer, "max_sentences": args.max_sentences,
-                      "max_tokens": args.max_tokens}
-            index = NeighborIndex.build(rep, sentences, args.out, dtype=args.dtype, batch_sentences=args.batch_size,
-                                        progress=sys.stderr.isatty(), source=source)
-            print(f"elmokit neighbors: indexed {counted(len(index.sentences), 'sentence')}, "
-                  f"{counted(len(index), 'occurrence')}, "
-                  f"{index.num_layers} layers of {index.dim} ({args.dtype}) with {rep.name} into {args.out}", file=sys.stderr)
-            return 0
-        if len(args.query) != 2:
-            raise NeighborIndexError("give the query SENTENCE (quoted) and WORD_INDEX, or `index` to build an index")
-        tokens = Tokenizer(kind=args.tokenizer)(args.query[0])
-        try:
-            word_index = int(args.query[1])
-        except ValueError:
-            raise NeighborIndexError(f"WORD_INDEX must be an integer, got {args.query[1]!r}") from None
-        layers = args.layers
+    if args.query == ["index"]:
+        if args.out is None:
+            raise NeighborIndexError("`elmokit neighbors index` needs --out DIR")
+        inputs = check_out(args, "neighbors index")  # before any work
+        sentences = _read_corpus(args)
         rep = load_embedder(args, batch_size=args.batch_size)
-        if args.index is not None:
-            if not Path(args.index).exists():
-                raise FileNotFoundError(f"--index {args.index}: no such folder")
-            results = nearest_occurrences(rep, NeighborIndex(args.index), tokens, word_index, layers=layers, top=args.top,
-                                          same_form=args.same_form, exclude_self=not args.include_self)
-        else:
-            sentences = _read_corpus(args)
-            with tempfile.TemporaryDirectory(prefix="elmokit-neighbors-") as tmp:
-                index = NeighborIndex.build(rep, sentences, Path(tmp) / "index", dtype="float32",
-                                            batch_sentences=args.batch_size, progress=sys.stderr.isatty())
-                results = nearest_occurrences(rep, index, tokens, word_index, layers=layers, top=args.top,
-                                              same_form=args.same_form, exclude_self=not args.include_self)
-                del index  # release the memory maps before the folder goes
-        static = None
-        if args.vectors is not None:
-            static = _static_neighbors(args.vectors, tokens[word_index % len(tokens)], args.top)
-        window = args.context if args.context > 0 else None
-        print(format_neighbors(tokens, word_index, results, representation=rep.name, static=static, window=window))
+        source = {"corpus": str(args.corpus), "tokenizer": args.tokenizer, "max_sentences": args.max_sentences,
+                  "max_tokens": args.max_tokens}
+        index = NeighborIndex.build(rep, sentences, args.out, dtype=args.dtype, batch_sentences=args.batch_size,
+                                    progress=sys.stderr.isatty(), source=source, inputs=inputs)
+        print(f"elmokit neighbors: indexed {counted(len(index.sentences), 'sentence')}, "
+              f"{counted(len(index), 'occurrence')}, "
+              f"{index.num_layers} layers of {index.dim} ({args.dtype}) with {rep.name} into {args.out}", file=sys.stderr)
         return 0
-    except (NeighborIndexError, CorpusError, ValueError) as error:
-        print(f"elmokit neighbors: error: {error}", file=sys.stderr)
-        return 2
+    if len(args.query) != 2:
+        raise NeighborIndexError("give the query SENTENCE (quoted) and WORD_INDEX, or `index` to build an index")
+    tokens = Tokenizer(kind=args.tokenizer)(args.query[0])
+    try:
+        word_index = int(args.query[1])
+    except ValueError:
+        raise NeighborIndexError(f"WORD_INDEX must be an integer, got {args.query[1]!r}") from None
+    layers = args.layers
+    rep = load_embedder(args, batch_size=args.batch_size)
+    if args.index is not None:
+        if not Path(args.index).exists():
+            raise InputNotFound(f"--index {args.index}: no such folder")
+        results = nearest_occurrences(rep, NeighborIndex(args.index), tokens, word_index, layers=layers, top=args.top,
+                                      same_form=args.same_form, exclude_self=not args.include_self)
+    else:
+        sentences = _read_corpus(args)
+        with tempfile.TemporaryDirectory(prefix="elmokit-neighbors-") as tmp:
+            index = NeighborIndex.build(rep, sentences, Path(tmp) / "index", dtype="float32",
+                                        batch_sentences=args.batch_size, progress=sys.stderr.isatty())
+            results = nearest_occurrences(rep, index, tokens, word_index, layers=layers, top=args.top,
+                                          same_form=args.same_form, exclude_self=not args.include_self)
+            del index  # release the memory maps before the folder goes
+    static = None
+    if args.vectors is not None:
+        static = _static_neighbors(args.vectors, tokens[word_index % len(tokens)], args.top)
+    window = args.context if args.context > 0 else None
+    print(format_neighbors(tokens, word_index, results, representation=rep.name, static=static, window=window))
+    return 0
 
 
 def _static_neighbors(path: str, word: str, top: int):

@@ -17,7 +17,6 @@ import os
 import sys
 
 from elmokit.cli.common import (
-    USER_ERRORS,
     add_model_arguments,
     add_speed_arguments,
     add_threads_argument,
@@ -28,6 +27,7 @@ from elmokit.cli.common import (
     positive_float,
     positive_int,
 )
+from elmokit.errors import InputNotFound
 from elmokit.serve.config import ServeConfig
 
 # ServeConfig field -> (type, metavar, help); the defaults are ServeConfig's, so the two never drift.
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tokenizer is None and recorded is not None:
             config = dataclasses.replace(config, tokenizer=recorded.kind)
         index, task_models, initial_states = _explorer_resources(args, representation, spec)
-    except (*USER_ERRORS, ValueError) as error:
+    except (FileNotFoundError, ValueError) as error:  # user errors (UserError is a ValueError), ServeConfig's limits
         print(f"elmokit serve: error: {error}", file=sys.stderr)
         return 2
     try:
@@ -150,7 +150,7 @@ def _explorer_resources(args, representation, spec):
     index = None
     if args.index is not None:
         if not Path(args.index).is_dir():
-            raise FileNotFoundError(f"--index {args.index}: no such folder (build one with `elmokit neighbors index`)")
+            raise InputNotFound(f"--index {args.index}: no such folder (build one with `elmokit neighbors index`)")
         index = NeighborIndex(args.index)
         index.check_representation(representation)
     task_models = [read_task_layer_weights(folder) for folder in args.task_model]

@@ -13,18 +13,16 @@ import argparse
 import json
 import logging
 import shlex
-import signal
 import sys
 
 from elmokit.cli.common import (
-    Terminated,
     add_tokenizer_argument,
     finite_float,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
-    signals_as_interrupts,
+    run_reporting_errors,
 )
 from elmokit.static.train import ALGOS, DEFAULTS
 
@@ -93,7 +91,7 @@ def _register_train(sub) -> None:
                    help="co-occurrence nonzeros held before spilling to disk")
     c.add_argument("--chunk-tokens", type=positive_int, default=None, help="co-occurrence: tokens windowed per chunk")
     p.add_argument("--quiet", action="store_true", help="only warnings on stderr")
-    p.set_defaults(func=run_train)
+    p.set_defaults(func=lambda args: run_reporting_errors("static train", run_train, args))
 
 
 def _register_neighbors(sub) -> None:
@@ -101,17 +99,7 @@ def _register_neighbors(sub) -> None:
     p.add_argument("--vectors", required=True, help="run folder or vector file")
     p.add_argument("words", nargs="+", help="query words")
     p.add_argument("--topn", type=positive_int, default=10, help="neighbours per word")
-    p.set_defaults(func=lambda args: _reporting("static neighbors", run_neighbors, args))
-
-
-def _reporting(command: str, func, args: argparse.Namespace) -> int:
-    from elmokit.cli.common import run_reporting_errors
-
-    try:
-        return run_reporting_errors(command, func, args)
-    except ValueError as error:  # a malformed vector file: the message names it
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
-        return 2
+    p.set_defaults(func=lambda args: run_reporting_errors("static neighbors", run_neighbors, args))
 
 
 def _config_from_args(args: argparse.Namespace):
@@ -135,40 +123,23 @@ def _config_from_args(args: argparse.Namespace):
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from elmokit.io import check_output
     from elmokit.static.train import static_tokenizer, train_static
-    from elmokit.text.corpus import Corpus, CorpusError
+    from elmokit.text.corpus import Corpus
 
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(message)s",
-                        stream=sys.stderr)
+    logging.getLogger().setLevel(logging.WARNING if args.quiet else logging.INFO)  # the handler: run_reporting_errors'
     if args.algo not in ("glove",):
         logging.getLogger("gensim").setLevel(logging.WARNING if args.quiet else logging.INFO)
-    try:
-        config = _config_from_args(args)
-        tokenizer = static_tokenizer(args.tokenizer, args.lowercase, pretokenized=args.pretokenized)
-        max_tokens = 10_000 if args.algo in ("cbow", "skipgram", "fasttext") else None
-        corpus = Corpus(args.corpus, tokenizer=tokenizer, max_tokens=max_tokens, progress=True,
-                        limit_lines=args.limit_lines)
-    except (ValueError, CorpusError) as error:
-        print(f"elmokit static train: error: {error}", file=sys.stderr)
-        return 2
+    config = _config_from_args(args)
+    tokenizer = static_tokenizer(args.tokenizer, args.lowercase, pretokenized=args.pretokenized)
+    max_tokens = 10_000 if args.algo in ("cbow", "skipgram", "fasttext") else None
+    corpus = Corpus(args.corpus, tokenizer=tokenizer, max_tokens=max_tokens, progress=True, limit_lines=args.limit_lines)
+    check_output(args.out, command="static train", inputs=corpus.files, replace=args.force, replace_flag="--force")
     print("elmokit static train: " + json.dumps({"config": config.to_dict(), "corpus": corpus.patterns,
                                                  "tokenizer": tokenizer.to_dict()}), file=sys.stderr)
     # Recorded as the equivalent `elmokit ...` command line, however the CLI was started.
     command = shlex.join(["elmokit"] + (getattr(args, "argv", None) or sys.argv[1:]))
-    try:
-        with signals_as_interrupts():  # SIGTERM/SIGHUP clean up like Ctrl-C
-            table = train_static(config, corpus, args.out, command=command,
-                                 force=args.force, progress=not args.quiet)
-    except (FileExistsError, CorpusError, ValueError) as error:
-        print(f"elmokit static train: error: {error}", file=sys.stderr)
-        return 2
-    except Terminated as stop:
-        print(f"elmokit static train: stopped by {signal.Signals(stop.signum).name}; nothing was written to the output",
-              file=sys.stderr)
-        return 128 + stop.signum
-    except KeyboardInterrupt:
-        print("elmokit static train: interrupted; nothing was written to the output", file=sys.stderr)
-        return 130
+    table = train_static(config, corpus, args.out, command=command, force=args.force, progress=not args.quiet)
     print(f"elmokit static train: {table!r} -> {args.out}", file=sys.stderr)
     return 0
 

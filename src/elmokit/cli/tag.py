@@ -22,6 +22,7 @@ from elmokit.cli.arguments import (
     add_representation_arguments,
     add_tagger_arguments,
     add_task_file_arguments,
+    check_out,
     tagger_config_changes,
     tagger_train_options,
 )
@@ -74,28 +75,24 @@ def _read(args, path):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from elmokit.tasks.data import TaggingDataError
     from elmokit.tasks.tagger import TaggerConfig, train_tagger
 
     apply_threads(args)
+    check_out(args, "tag train")  # before any work
     task = args.task or ("pos" if args.format == "conllu" else "ner")
-    try:
-        train, dev = _read(args, args.train).subset(args.max_train_sentences), _read(args, args.dev)
-        test = _read(args, args.test) if args.test else None
-        if args.recipe == "finetune":
-            return run_tag_train(args, task, train, dev, test)
-        representation, spec = load_representation(args)
-        changes = tagger_config_changes(args)
-        if representation is None:
-            changes.update(elmo="none", elmo_at_output=False)
-        config = TaggerConfig(
-            task=task, scheme=args.scheme if task == "ner" else None,
-            elmo_layers=representation.num_layers if representation else 0,
-            elmo_dim=representation.dim if representation else 0,
-            representation=spec, representation_name=representation.name if representation else "", **changes)
-    except (TaggingDataError, ValueError) as error:
-        print(f"elmokit tag train: error: {error}", file=sys.stderr)
-        return 2
+    train, dev = _read(args, args.train).subset(args.max_train_sentences), _read(args, args.dev)
+    test = _read(args, args.test) if args.test else None
+    if args.recipe == "finetune":
+        return run_tag_train(args, task, train, dev, test)
+    representation, spec = load_representation(args)
+    changes = tagger_config_changes(args)
+    if representation is None:
+        changes.update(elmo="none", elmo_at_output=False)
+    config = TaggerConfig(
+        task=task, scheme=args.scheme if task == "ner" else None,
+        elmo_layers=representation.num_layers if representation else 0,
+        elmo_dim=representation.dim if representation else 0,
+        representation=spec, representation_name=representation.name if representation else "", **changes)
     for corpus in (train, dev, test):
         for note in (corpus.notes if corpus else []):
             logging.info("%s: %s", corpus.path, note)
@@ -130,28 +127,26 @@ def _register_predict(sub) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from elmokit.tasks.data import TaggingDataError, read_conll, read_conllu, read_text, write_conll
-    from elmokit.tasks.tagger import SequenceTagger, TaggerFolderError, main_metric, score
+    from elmokit.io import check_output_file
+    from elmokit.tasks.data import read_conll, read_conllu, read_text, write_conll
+    from elmokit.tasks.tagger import SequenceTagger, main_metric, score
     from elmokit.text.corpus import Tokenizer
     from elmokit.transfer.finetune_tagger import FineTunedTagger, is_finetuned_tagger_folder
 
     apply_threads(args)
-    try:
-        if is_finetuned_tagger_folder(args.tagger):  # --recipe finetune: the transformer reads the words itself
-            tagger = FineTunedTagger.load(args.tagger)
-            task = tagger.task
-        else:
-            tagger = SequenceTagger.load(args.tagger)
-            task = tagger.config.task
-        gold = None
-        if args.format == "text":
-            sentences = read_text(args.input, Tokenizer(kind=args.tokenizer))
-        else:
-            gold = read_conllu(args.input) if args.format == "conllu" else read_conll(args.input, token_prefix=args.token_prefix)
-            sentences = gold.sentences
-    except (TaggingDataError, TaggerFolderError) as error:
-        print(f"elmokit tag predict: error: {error}", file=sys.stderr)
-        return 2
+    check_output_file(args.out, inputs=[args.input])  # before any work
+    if is_finetuned_tagger_folder(args.tagger):  # --recipe finetune: the transformer reads the words itself
+        tagger = FineTunedTagger.load(args.tagger)
+        task = tagger.task
+    else:
+        tagger = SequenceTagger.load(args.tagger)
+        task = tagger.config.task
+    gold = None
+    if args.format == "text":
+        sentences = read_text(args.input, Tokenizer(kind=args.tokenizer))
+    else:
+        gold = read_conllu(args.input) if args.format == "conllu" else read_conll(args.input, token_prefix=args.token_prefix)
+        sentences = gold.sentences
     predictions = tagger.predict(sentences, batch_size=args.batch_size)
     write_conll(args.out, sentences, predictions)
     print(f"{counted(len(sentences), 'sentence')} tagged, written to {args.out}")

@@ -56,25 +56,11 @@ def tokenizer_from_args(args: argparse.Namespace, fallback: dict | None = None):
 
 
 def run_training_command(command: str, func, args: argparse.Namespace) -> int:
-    """``run_reporting_errors`` plus the training side's input errors (corpus, vocabulary, run
-    folder, checkpoint, bad settings): one line naming the problem, exit code 2."""
-    import sys
-
+    """``run_reporting_errors``: the training side's input errors (corpus, vocabulary, run folder, checkpoint,
+    bad settings) are ``UserError``s like every other, reported as one line naming the problem, exit code 2."""
     from elmokit.cli.common import run_reporting_errors
-    from elmokit.text.corpus import CorpusError
-    from elmokit.training.checkpoint import CheckpointError
-    from elmokit.training.run_config import ConfigError
-    from elmokit.training.trainer import RunError
-    from elmokit.training.vocab import VocabularyError
 
-    def guarded(arguments):
-        try:
-            return func(arguments)
-        except (CorpusError, VocabularyError, RunError, CheckpointError, ConfigError, SettingError) as error:
-            print(f"elmokit {command}: error: {error}", file=sys.stderr)
-            return 2
-
-    return run_reporting_errors(command, guarded, args)
+    return run_reporting_errors(command, func, args)
 
 
 class SettingError(UserError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from elmokit.cli.arguments import refuse_representation_flags
+from elmokit.cli.arguments import input_paths, refuse_representation_flags
 from elmokit.cli.common import non_negative_int, positive_float, positive_int, probability
 
 ULMFIT_LR = 0.01  # the paper's classifier rate (--lr's default with this recipe)
@@ -79,6 +79,6 @@ def run_ulmfit_train(args: argparse.Namespace, data: dict) -> int:
     print(f"dev accuracy {history['dev_accuracy']:.2f}")
     if "test" in data:
         print(f"test accuracy {classifier.accuracy(*data['test']):.2f}")
-    classifier.save(args.out)
+    classifier.save(args.out, inputs=input_paths(args))
     print(f"saved {args.out}")
     return 0

@@ -27,11 +27,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elmokit.io import atomic_path
+    from elmokit.io import atomic_path, check_output_file
     from elmokit.text.corpus import Corpus, CorpusError
     from elmokit.training.vocab import build_vocabulary, count_tokens, coverage
 
     corpus = Corpus(args.corpus, tokenizer=tokenizer_from_args(args), progress=True)
+    for out in (args.out, args.counts):  # before the corpus is counted
+        if out is not None:
+            check_output_file(out, inputs=corpus.files)
     counts = count_tokens(corpus)
     if not counts:
         raise CorpusError(f"corpus {', '.join(args.corpus)}: no tokens (the files are empty or hold blank lines only); "

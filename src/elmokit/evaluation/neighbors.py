@@ -37,7 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from elmokit.errors import UserError
-from elmokit.io import atomic_directory
+from elmokit.io import output_directory
 from elmokit.representation import fingerprint
 
 FORMAT_VERSION = 1
@@ -45,6 +45,7 @@ META_NAME = "meta.json"
 OFFSETS_NAME = "offsets.npy"
 SENTENCES_NAME = "sentences.txt"
 DTYPES = ("float16", "float32")
+SAVED_BY = "neighbors index"  # the command whose output an index folder is: it may replace it
 CHUNK_ELEMENTS = 1 << 21  # rows x dim per scoring step (16 MB of float64): bounded memory
 
 
@@ -148,12 +149,14 @@ class NeighborIndex:
         batch_sentences: int = 256,
         progress: bool = False,
         source: dict | None = None,
+        inputs: Iterable[str | os.PathLike | None] = (),
     ) -> NeighborIndex:
         """Embed ``sentences`` with ``rep`` (batches of ``batch_sentences``) into ``directory``.
 
         ``dtype``: ``"float16"`` halves the disk and memory (cosines then carry about 1e-3 of
-        rounding); ``"float32"`` keeps them exact to float32. An existing folder is replaced only
-        when the build succeeds.
+        rounding); ``"float32"`` keeps them exact to float32. The folder is written under the output
+        policy (``elmokit.io.output_directory``): an earlier index is replaced only when the build
+        succeeds; a file, one of ``inputs`` or a folder holding anything else is refused before any work.
         """
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
@@ -164,7 +167,7 @@ class NeighborIndex:
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         directory = Path(directory)
-        with atomic_directory(directory) as staging:
+        with output_directory(directory, command=SAVED_BY, inputs=inputs, artifact="neighbor-index") as staging:
             matrices = [
                 np.lib.format.open_memmap(staging / layer_name(j), mode="w+", dtype=dtype, shape=(int(offsets[-1]), rep.dim))
                 for j in range(rep.num_layers)
@@ -262,7 +265,7 @@ class NeighborIndex:
         tokens, position) of the query itself, left out wherever the corpus holds it.
         """
         if not 0 <= layer < self.num_layers:
-            raise ValueError(f"layer {layer} out of range: the index has layers 0..{self.num_layers - 1}")
+            raise NeighborIndexError(f"layer {layer} out of range: the index has layers 0..{self.num_layers - 1}")
         rows = self.occurrences_of(same_form) if same_form is not None else None
         scores = self.scores(layer, vector, rows)
         if len(scores) == 0:
@@ -311,9 +314,9 @@ def nearest_occurrences(
     """
     sentence = list(sentence)
     if not sentence:
-        raise ValueError("the query sentence is empty")
+        raise NeighborIndexError("the query sentence is empty")
     if not -len(sentence) <= word_index < len(sentence):
-        raise ValueError(
+        raise NeighborIndexError(
             f"word index {word_index} is outside the query sentence ({len(sentence)} tokens: "
             + " ".join(f"{i}:{t}" for i, t in enumerate(sentence)) + ")"
         )
@@ -322,7 +325,7 @@ def nearest_occurrences(
     layers = list(range(index.num_layers)) if layers is None else list(layers)
     for layer in layers:
         if not 0 <= layer < index.num_layers:
-            raise ValueError(f"layer {layer} out of range: {rep.name} has layers 0..{index.num_layers - 1}")
+            raise NeighborIndexError(f"layer {layer} out of range: {rep.name} has layers 0..{index.num_layers - 1}")
     vectors = rep.embed([sentence])[0]  # (L, n, D)
     word = sentence[word_index]
     exclude = (sentence, word_index) if exclude_self else None

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from elmokit.data_paths import shared_data
+from elmokit.errors import InputNotFound, UserError
 from elmokit.features import stack_token_features
 from elmokit.tasks.data import read_conllu
 
@@ -38,8 +39,8 @@ def ud_ewt_splits(data_dir: str | os.PathLike | None = None, *, max_sentences: i
     for split in ("train", "dev", "test"):
         path = folder / f"en_ewt-ud-{split}.conllu"
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the UD_English-EWT folder) "
-                                    f"or set ELMOKIT_SHARED")
+            raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the UD_English-EWT folder) "
+                                f"or set ELMOKIT_SHARED")
         corpus = read_conllu(path)  # UPOS; multiword ranges and empty nodes skipped
         sentences, tags = corpus.sentences, corpus.labels
         if max_sentences is not None:
@@ -128,7 +129,7 @@ def probe_layers(
     results = []
     for layer in (range(rep.num_layers) if layers is None else layers):
         if not 0 <= layer < rep.num_layers:
-            raise ValueError(f"layer {layer} out of range: {rep.name} has layers 0..{rep.num_layers - 1}")
+            raise UserError(f"layer {layer} out of range: {rep.name} has layers 0..{rep.num_layers - 1}")
         best = None
         dev_by_decay = {}
         for decay in weight_decays:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from elmokit.data_paths import shared_data
+from elmokit.errors import InputNotFound
 from elmokit.features import FeatureCache, FeatureSubset
 from elmokit.tasks.classifier import train_classifier
 from elmokit.tasks.data import DataFileError, read_lines
@@ -112,8 +113,8 @@ def sst_dir(data_dir: str | os.PathLike | None = None) -> Path:
     folder = Path(data_dir) if data_dir is not None else shared_data("sst", "trees")
     for split in ("train", "dev", "test"):
         if not (folder / f"{split}.txt").is_file():
-            raise FileNotFoundError(f"{folder / (split + '.txt')}: no such file; fix: pass --data-dir (the SST trees "
-                                    f"folder) or set ELMOKIT_SHARED")
+            raise InputNotFound(f"{folder / (split + '.txt')}: no such file; fix: pass --data-dir (the SST trees "
+                                f"folder) or set ELMOKIT_SHARED")
     return folder
 
 

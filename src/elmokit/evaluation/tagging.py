@@ -144,7 +144,7 @@ def segmentation_score(tagger, corpus: TaggedCorpus, dictionary: frozenset[str] 
 
 def _known_dataset(name: str):
     if name not in DATASETS:
-        raise ValueError(f"unknown tagging data set {name!r}; known: {', '.join(DATASETS)}")
+        raise UserError(f"unknown tagging data set {name!r}; known: {', '.join(DATASETS)}")
     return DATASETS[name]
 
 
@@ -269,7 +269,7 @@ def run_finetune_benchmark(
     for name in dataset_names:
         dataset = _known_dataset(name)
         if dataset.units != "words" or dataset.task == "cws":
-            raise ValueError(f"{name}: the fine-tuning recipe tags words; {dataset.task} on {dataset.units} is not supported")
+            raise UserError(f"{name}: the fine-tuning recipe tags words; {dataset.task} on {dataset.units} is not supported")
         corpora = load_dataset(dataset, data_dir)
         if corpora is None:
             log(f"{name}: not present, skipped")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from elmokit.data_paths import shared_data
-from elmokit.errors import UserError
+from elmokit.errors import InputNotFound, UserError
 
 SPLITS = {"train": "qc/train.txt", "test": "qc/test.txt"}
 
@@ -34,7 +34,7 @@ def read_trec(path: str | os.PathLike | None = None, split: str = "train", *,
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file (TREC qc.zip, see data/trec_qc/SOURCE.txt)")
+        raise InputNotFound(f"{path}: no such file (TREC qc.zip, see data/trec_qc/SOURCE.txt)")
     if path.suffix == ".zip":
         with zipfile.ZipFile(path) as archive:
             raw = archive.read(SPLITS[split])

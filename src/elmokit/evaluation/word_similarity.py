@@ -189,8 +189,8 @@ class WordVectors:
     def __init__(self, rep, *, layer: int = 0, lowercase: bool | None = None, batch_size: int = 512,
                  in_vocab_only: bool = False) -> None:
         if not 0 <= layer < rep.num_layers:
-            raise ValueError(f"--layer {layer} is out of range: {rep.name} has {rep.num_layers} layer(s) "
-                             f"(0..{rep.num_layers - 1})")
+            raise UserError(f"--layer {layer} is out of range: {rep.name} has {rep.num_layers} layer(s) "
+                            f"(0..{rep.num_layers - 1})")
         self.rep = rep
         self.layer = layer
         self.lowercase = bool(getattr(rep, "lowercase", False)) if lowercase is None else lowercase
@@ -253,7 +253,7 @@ def analogy_vocabulary(rep, vocab: Sequence[str] | None, top_n: int) -> list[str
     if vocab is None:
         vocab = getattr(rep, "words", None)
         if vocab is None:
-            raise ValueError(
+            raise UserError(
                 f"{rep.name} has no word list; analogy needs the candidate words (pass vocab=, e.g. the most "
                 "frequent words of its training corpus)"
             )

@@ -31,7 +31,7 @@ from xml.parsers import expat
 
 import numpy as np
 
-from elmokit.errors import UserError
+from elmokit.errors import InputNotFound, UserError
 from elmokit.features import embed_in_chunks
 
 # Table 5 of Peters et al. (2018): all-words fine-grained WSD F1 on Raganato's ALL set.
@@ -198,13 +198,13 @@ def read_first_senses(wordnet: str | os.PathLike) -> dict[tuple[str, str], str]:
     if wordnet.is_dir():
         wordnet = wordnet / "index.sense"
     if not wordnet.exists():
-        raise FileNotFoundError(f"{wordnet}: no such file; fix: give WordNet 3.0's index.sense, its folder, "
-                                f"or wordnet-3.0.tar.xz")
+        raise InputNotFound(f"{wordnet}: no such file; fix: give WordNet 3.0's index.sense, its folder, "
+                            f"or wordnet-3.0.tar.xz")
     if wordnet.name.endswith((".tar.xz", ".tar.gz", ".tar", ".tgz")):
         with tarfile.open(wordnet) as archive:
             member = next((m for m in archive.getmembers() if m.name.endswith("/index.sense")), None)
             if member is None:
-                raise FileNotFoundError(f"{wordnet}: the archive holds no index.sense")
+                raise InputNotFound(f"{wordnet}: the archive holds no index.sense")
             lines = archive.extractfile(member).read().decode("utf-8").splitlines()
         source = f"{wordnet}!{member.name}"
     else:

@@ -18,7 +18,7 @@ import numpy as np
 
 from elmokit.bilm_config import BiLMConfig
 from elmokit.errors import UserError
-from elmokit.formats.checks import describe_non_finite
+from elmokit.formats.checks import describe_non_finite, refuse_non_finite
 from elmokit.io import atomic_path
 
 Array = np.ndarray
@@ -48,7 +48,7 @@ def config_from_options(options: dict, source: str = "options.json") -> BiLMConf
         raise WeightFileError(f"{source}: char_cnn.n_characters must be 261 or 262, got {n_characters}")
     filters = tuple((int(w), int(n)) for w, n in need("char_cnn", "filters"))
     projection_dim = int(need("lstm", "projection_dim"))
-    return BiLMConfig(
+    fields = dict(
         char_embedding_dim=int(need("char_cnn", "embedding", "dim")),
         filters=filters,
         activation=char_cnn.get("activation", "relu"),
@@ -63,6 +63,10 @@ def config_from_options(options: dict, source: str = "options.json") -> BiLMConf
         use_skip_connections=bool(lstm.get("use_skip_connections", False)),
         token_projection=sum(n for _, n in filters) != projection_dim,
     )
+    try:
+        return BiLMConfig(**fields)
+    except ValueError as error:  # an impossible setting: a negative clip, an unknown activation
+        raise WeightFileError(f"{source}: {error}") from None
 
 
 def options_from_config(config: BiLMConfig) -> dict:
@@ -257,8 +261,9 @@ def write_original(
     import h5py
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     options_path, weights_path = directory / options_name, directory / weights_name
+    refuse_non_finite(state, weights_path)  # before anything is written
+    directory.mkdir(parents=True, exist_ok=True)
     with atomic_path(weights_path) as tmp:
         with h5py.File(tmp, "w") as out:
             for entry in weight_table(config):

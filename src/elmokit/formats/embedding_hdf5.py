@@ -39,7 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 from elmokit.errors import UserError
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, check_output_file
 
 logger = logging.getLogger(__name__)
 
@@ -97,9 +97,8 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
     if output_path.is_dir():
         raise OutputFileError(f"{output_path}: is a directory; give the path of the HDF5 file to write, "
                               f"e.g. {output_path / 'embeddings.h5'}")
-    if os.fspath(input_file) != STDIN and _same_file(input_path, output_path):
-        raise OutputFileError(f"{output_path}: is the input file {input_path}; writing it would destroy the input; "
-                              "give another output path")
+    if os.fspath(input_file) != STDIN:
+        check_output_file(output_path, inputs=[input_path])  # the one rule of file outputs: never an input, by any name
     folder = output_path.parent
     if not folder.is_dir():
         if folder.exists():
@@ -112,15 +111,6 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
     except OSError as error:
         raise OutputFileError(f"{output_path}: cannot write in {folder} ({error.strerror or error}); "
                               "give an output path in a directory you can write to") from None
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        if os.path.samefile(a, b):
-            return True
-    except OSError:
-        pass
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def scan_input(source: Path | BinaryIO, *, use_sentence_keys: bool, allow_empty_lines: bool, name: str | None = None) -> int:

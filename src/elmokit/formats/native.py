@@ -21,7 +21,7 @@ from safetensors.numpy import load_file, save_file
 from elmokit.bilm import BiLM  # the model defines the shapes; formats import it, never the reverse
 from elmokit.bilm_config import BiLMConfig
 from elmokit.errors import UserError
-from elmokit.formats.checks import describe_non_finite
+from elmokit.formats.checks import describe_non_finite, refuse_non_finite
 from elmokit.io import atomic_path
 
 CONFIG_NAME = "config.json"
@@ -41,8 +41,9 @@ def write_native(
     model_card: str | None = None,
 ) -> Path:
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     arrays = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in state.items()}
+    refuse_non_finite(arrays, directory / WEIGHTS_NAME)  # before anything is written
+    directory.mkdir(parents=True, exist_ok=True)
     with atomic_path(directory / WEIGHTS_NAME) as tmp:
         save_file(arrays, tmp, metadata={"format": "elmokit-bilm"})
     with atomic_path(directory / CONFIG_NAME) as tmp:

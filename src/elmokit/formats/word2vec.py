@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from elmokit.errors import UserError
+from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite
 from elmokit.io import atomic_path
 
 
@@ -57,6 +58,7 @@ def write_word2vec(
     if binary and not header:
         raise ValueError("the binary word2vec format needs its header line (it gives the dimension)")
     n, dim = vectors.shape
+    refuse_non_finite({"vectors": vectors}, path)
     with atomic_path(path) as tmp:
         if binary:
             little = vectors.astype("<f4", copy=False)
@@ -109,7 +111,7 @@ def read_word2vec(
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no vector file at {path}")
+        raise InputNotFound(f"{path}: no such vector file")
     if binary is None:
         binary = sniff_binary(path)
     return _read_binary(path, limit) if binary else _read_text(path, header, limit)
@@ -157,9 +159,12 @@ def _read_text(path: Path, header: bool | None, limit: int | None) -> tuple[list
                     "fix: words may not contain spaces, and every line needs the same dimension"
                 )
             try:
-                rows.append(np.array(parts[1:], dtype=np.float32))
+                row = np.array(parts[1:], dtype=np.float32)
             except ValueError:
                 raise VectorFileError(f"{path}:{lineno}: a value of word {parts[0]!r} is not a number") from None
+            if not np.isfinite(row).all():
+                raise _non_finite(f"{path}:{lineno}", parts[0], row)
+            rows.append(row)
             words.append(parts[0])
     if expected_n is not None and limit is None and len(words) != expected_n:
         raise VectorFileError(
@@ -200,5 +205,14 @@ def _read_binary(path: Path, limit: int | None) -> tuple[list[str], np.ndarray]:
         except UnicodeDecodeError:
             raise VectorFileError(f"{path}: word #{i + 1} is not valid UTF-8 (byte offset {pos} after the header)") from None
         vectors[i] = np.frombuffer(data, dtype="<f4", count=dim, offset=space + 1)
+        if not np.isfinite(vectors[i]).all():
+            raise _non_finite(f"{path}: word #{i + 1}", words[-1], vectors[i])
         pos = space + 1 + width
     return words, vectors
+
+
+def _non_finite(place: str, word: str, row: np.ndarray) -> VectorFileError:
+    """A vector holding NaN or infinity: refused at load (it would make every model trained on it NaN)."""
+    column = int(np.argwhere(~np.isfinite(row))[0][0])
+    return VectorFileError(f"{place}: the vector of {word!r} holds {row[column]} (value {column + 1} of {len(row)}); "
+                           "fix: repair or drop that row of the vector file")

@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from elmokit.errors import InputNotFound
 from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
 from elmokit.pretraining.knowledge_zh import ChineseUnits, EntityCache
 from elmokit.pretraining.masking import BERT_RATES, MaskingRates, MaskingVocab, mask_phrases, mask_whole_words
@@ -361,7 +362,7 @@ def load_tagger(path: str | Path):
         return UnigramPosTagger.from_conllu(path)
     if path.is_dir():
         return SequenceTagger.load(path)
-    raise FileNotFoundError(f"{path}: not a CoNLL-U file (.conllu) nor an elmokit tagger folder")
+    raise InputNotFound(f"{path}: not a CoNLL-U file (.conllu) nor an elmokit tagger folder")
 
 
 LANGUAGES = ("en", "zh")

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from elmokit.errors import InputNotFound
 from elmokit.formats.embedding_hdf5 import embed_file
 from elmokit.text.subword_tokenizers import WordEncoding, encode_words
 
@@ -95,8 +96,8 @@ class TransformerRepresentation:
 
         folder = Path(path)
         if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"{folder}: not a transformers model folder (no config.json); save one with "
-                                    "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)")
+            raise InputNotFound(f"{folder}: not a transformers model folder (no config.json); save one with "
+                                "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)")
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # the dropped pretraining heads are expected, not news
         try:

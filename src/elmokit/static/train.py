@@ -58,7 +58,8 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from elmokit.io import atomic_path
+from elmokit.errors import UserError
+from elmokit.io import atomic_path, output_directory
 from elmokit.static.cooccurrence import CooccurrenceConfig, build_vocab, count_cooccurrences
 from elmokit.static.glove import GloveConfig, train_glove
 from elmokit.static.lsa import LsaConfig, lsa_vectors
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 
 ALGOS = ("cbow", "skipgram", "fasttext", "glove", "lsa", "doc2vec")
 RUN_FORMAT_VERSION = 1
+SAVED_BY = "static train"  # the command whose output a run folder is: with --force it may replace it
 
 _W2V = dict(dim=100, window=5, min_count=5, negative=5, hs=False, sample=1e-3, epochs=5, workers=1, seed=1)
 DEFAULTS: dict[str, dict] = {
@@ -82,6 +84,10 @@ DEFAULTS: dict[str, dict] = {
     "lsa": dict(dim=100, window=5, min_count=5, weighting="ppmi", cds=0.75, eig_power=0.5, seed=1, workers=1,
                 chunk_tokens=500_000, max_pairs_in_memory=20_000_000),
 }
+
+
+class StaticSettingError(UserError):
+    """A setting that does not apply to the algorithm, or that leaves nothing to train; the message says which."""
 
 
 def static_tokenizer(kind: str | None = None, lowercase: bool | None = None, *, pretokenized: bool = False) -> Tokenizer:
@@ -131,18 +137,18 @@ class StaticTrainConfig:
     @classmethod
     def for_algo(cls, algo: str, **overrides) -> StaticTrainConfig:
         if algo not in ALGOS:
-            raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
+            raise StaticSettingError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
         values = dict(DEFAULTS[algo])
         for key, value in overrides.items():
             if value is None:
                 continue
             if key not in {f.name for f in dataclasses.fields(cls)}:
-                raise ValueError(f"unknown option {key!r}")
+                raise StaticSettingError(f"unknown option {key!r}")
             if key not in values and key not in ("max_vocab", "workers", "seed"):
-                raise ValueError(f"option {key!r} does not apply to {algo} (its options: {', '.join(sorted(values))})")
+                raise StaticSettingError(f"option {key!r} does not apply to {algo} (its options: {', '.join(sorted(values))})")
             values[key] = value
         if algo in ("cbow", "skipgram", "doc2vec", "fasttext") and not values.get("hs") and not values.get("negative"):
-            raise ValueError(f"{algo}: choose --hs or --negative N > 0 (otherwise nothing is trained)")
+            raise StaticSettingError(f"{algo}: choose --hs or --negative N > 0 (otherwise nothing is trained)")
         return cls(algo=algo, **values)
 
     def to_dict(self) -> dict:
@@ -230,7 +236,7 @@ def _count(c: StaticTrainConfig, corpus: Corpus, folder: Path):
     t0 = time.time()
     words, counts = build_vocab(corpus, min_count=c.min_count, max_size=c.max_vocab)
     if not words:
-        raise ValueError(f"no word occurs {c.min_count} times in the corpus; fix: lower --min-count")
+        raise StaticSettingError(f"no word occurs {c.min_count} times in the corpus; fix: lower --min-count")
     cfg = CooccurrenceConfig(window=c.window, chunk_tokens=c.chunk_tokens, max_pairs_in_memory=c.max_pairs_in_memory)
     matrix = count_cooccurrences(corpus, {w: i for i, w in enumerate(words)}, cfg, spill_dir=folder / "spill")
     shutil.rmtree(folder / "spill", ignore_errors=True)
@@ -282,17 +288,15 @@ def train_static(
     force: bool = False,
     progress: bool = True,
 ) -> StaticVectors:
-    """Train ``config.algo`` on ``corpus`` and write the run folder ``out_dir`` (see module doc)."""
+    """Train ``config.algo`` on ``corpus`` and write the run folder ``out_dir`` (see module doc), under the
+    output policy (``elmokit.io.output_directory``): a new or empty folder, or with ``force`` an earlier run
+    folder of this command, which the complete new one replaces; never a file, the corpus, or a folder
+    holding anything else (refused before training)."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
-        raise FileExistsError(f"{out_dir} exists and is not empty; fix: choose another --out or pass --force")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
     started = datetime.now(UTC)
     t0 = time.time()
-    try:
+    with output_directory(out_dir, command=SAVED_BY, inputs=corpus.files, replace=force,
+                          replace_flag="--force", artifact="static") as partial:
         if config.algo in ("cbow", "skipgram", "fasttext", "doc2vec"):
             table, info = _train_gensim(config, corpus, partial)
         elif config.algo == "glove":
@@ -320,12 +324,6 @@ def train_static(
         }
         with atomic_path(partial / "run.json") as tmp:
             Path(tmp).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(partial, out_dir)
     log.info("%s: %d words x %d written to %s in %.1f s", config.name, len(table), table.dim, out_dir, train_seconds)
     return table
 

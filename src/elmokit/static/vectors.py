@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from elmokit.formats.word2vec import read_word2vec, write_word2vec
+from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import describe_non_finite
+from elmokit.formats.word2vec import VectorFileError, read_word2vec, write_word2vec
 from elmokit.io import atomic_path
 from elmokit.nn.functional import invariant_scores
 from elmokit.representation import EmbedsFiles
@@ -71,7 +73,7 @@ class StaticVectors(EmbedsFiles):
         self.index = {w: i for i, w in enumerate(self.words)}
         if len(self.index) != len(self.words):
             dup = next(w for i, w in enumerate(self.words) if self.index[w] != i)
-            raise ValueError(f"word {dup!r} occurs twice in the table {name}")
+            raise UserError(f"word {dup!r} occurs twice in the table {name}; fix: keep one row per word")
         self.vectors = vectors
         self.name = name
         self.dim = int(vectors.shape[1])
@@ -211,16 +213,20 @@ class StaticVectors(EmbedsFiles):
             if meta_path.exists():
                 meta = json.loads(meta_path.read_text(encoding="utf-8"))
                 if meta.get("format_version", 1) > FORMAT_VERSION:
-                    raise ValueError(f"{meta_path}: format_version {meta['format_version']} is newer than this "
-                                     f"elmokit reads ({FORMAT_VERSION}); fix: upgrade elmokit")
+                    raise VectorFileError(f"{meta_path}: format_version {meta['format_version']} is newer than this "
+                                          f"elmokit reads ({FORMAT_VERSION}); fix: upgrade elmokit")
             candidates = [meta.get("vectors", BINARY_NAME), BINARY_NAME, TEXT_NAME]
             file = next((path / c for c in candidates if (path / c).is_file()), None)
             if file is None:
-                raise FileNotFoundError(f"{path} holds no {BINARY_NAME} or {TEXT_NAME}; fix: point at a folder "
-                                        "written by `elmokit static train` or at a vector file")
+                raise InputNotFound(f"{path} holds no {BINARY_NAME} or {TEXT_NAME}; fix: point at a folder "
+                                    "written by `elmokit static train` or at a vector file")
             sub = meta.get("subwords")
             if sub and limit is None:
                 tensors = load_file(str(path / sub.get("file", SUBWORDS_NAME)))
+                problem = describe_non_finite(tensors["vectors"])
+                if problem:
+                    raise VectorFileError(f"{path / sub.get('file', SUBWORDS_NAME)}: tensor 'vectors' holds {problem}; "
+                                          "fix: train the table again")
                 subwords = SubwordTable(min_n=sub["min_n"], max_n=sub["max_n"], bucket=sub["bucket"],
                                         bucket_ids=tensors["bucket_ids"], vectors=tensors["vectors"])
         else:

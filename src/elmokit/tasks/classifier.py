@@ -28,7 +28,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -40,7 +40,9 @@ from torch import nn
 
 from elmokit.configs import config_from_dict
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
-from elmokit.io import atomic_directory
+from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
+from elmokit.io import output_directory
 from elmokit.nn.scalar_mix import ScalarMix
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ logger = logging.getLogger(__name__)
 # 2: ``representation`` is a representation spec (a dict); version 1 held a model name or folder
 # (str), or None for original-format files, upgraded in ClassifierConfig.from_dict.
 FORMAT_VERSION = 2
+SAVED_BY = "classify train"  # the command whose output a classifier folder is (any recipe): it may replace it
 PAD, UNK = "<pad>", "<unk>"
 
 
@@ -74,7 +77,7 @@ class ClassifierConfig:
     def from_dict(cls, values: dict) -> ClassifierConfig:
         version = values.get("format_version")
         if version not in (1, FORMAT_VERSION):
-            raise ValueError(f"classifier config format_version {version!r}; this elmokit reads 1 to {FORMAT_VERSION}")
+            raise UserError(f"classifier config format_version {version!r}; this elmokit reads 1 to {FORMAT_VERSION}")
         if version == 1:  # the representation was a model name or folder, or None (original files: unknown)
             old = values.get("representation")
             values = {**values, "format_version": FORMAT_VERSION,
@@ -179,12 +182,15 @@ class Classifier:
         predicted = self.logits(sentences, features).argmax(dim=1).tolist()
         return 100 * float(np.mean([self.labels[p] == y for p, y in zip(predicted, labels)])) if labels else float("nan")
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed."""
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+        """config.json + model.safetensors + labels.json + vocab.txt, written to a staging folder and renamed,
+        under the output policy (``elmokit.io.output_directory``; ``inputs`` may not be the folder)."""
         directory = Path(directory)
-        with atomic_directory(directory) as staging:
+        state = {k: v.contiguous() for k, v in self.model.state_dict().items()}
+        refuse_non_finite(state, directory / "model.safetensors")
+        with output_directory(directory, command=SAVED_BY, inputs=inputs, artifact="classifier") as staging:
             (staging / "config.json").write_text(json.dumps(self.model.config.to_dict(), indent=2) + "\n", encoding="utf-8")
-            save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(staging / "model.safetensors"))
+            save_file(state, str(staging / "model.safetensors"))
             (staging / "labels.json").write_text(json.dumps(self.labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
             (staging / "vocab.txt").write_text("".join(w + "\n" for w in self.vocabulary.words), encoding="utf-8")
 
@@ -193,17 +199,18 @@ class Classifier:
         directory = Path(directory)
         for name in ("config.json", "model.safetensors", "labels.json", "vocab.txt"):
             if not (directory / name).is_file():
-                raise FileNotFoundError(f"{directory}: not a saved classifier (no {name})")
+                raise InputNotFound(f"{directory}: not a saved classifier (no {name})")
         try:
             config = ClassifierConfig.from_dict(json.loads((directory / "config.json").read_text(encoding="utf-8")))
             labels = json.loads((directory / "labels.json").read_text(encoding="utf-8"))
             words = (directory / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
         except (ValueError, TypeError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise ValueError(f"{directory}: not a readable classifier folder: {error}") from None
+            raise UserError(f"{directory}: not a readable classifier folder: {error}") from None
         model = SentenceClassifier(config)
-        model.load_state_dict(load_file(str(directory / "model.safetensors")))
+        model.load_state_dict(refuse_non_finite_read(load_file(str(directory / "model.safetensors")),
+                                                     directory / "model.safetensors"))
         if len(labels) != config.num_labels or len(words) != config.vocab_size:
-            raise ValueError(f"{directory}: labels.json/vocab.txt do not match config.json's sizes")
+            raise UserError(f"{directory}: labels.json/vocab.txt do not match config.json's sizes")
         return cls(model.eval(), WordVocabulary(words), labels)
 
 

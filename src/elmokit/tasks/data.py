@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elmokit.errors import UserError
+from elmokit.errors import InputNotFound, UserError
 from elmokit.io import atomic_path
 
 CONLLU_COLUMNS = {"upos": 3, "xpos": 4}
@@ -70,7 +70,7 @@ def read_lines(path: str | os.PathLike, error: type[DataFileError] = DataFileErr
     whole file is not decoded at once, so the line number is exact)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file" if not path.is_dir() else f"{path}: is a folder, not a file")
+        raise InputNotFound(f"{path}: no such file" if not path.is_dir() else f"{path}: is a folder, not a file")
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
             try:

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elmokit.errors import InputNotFound
+
 WORDPIECE_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 ROBERTA_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 GPT2_SPECIALS = ("<|endoftext|>",)
@@ -177,7 +179,7 @@ def load_tokenizer(path: str | os.PathLike):
     from transformers import AutoTokenizer
 
     if not Path(path).is_dir():
-        raise FileNotFoundError(f"{path}: no such tokenizer folder")
+        raise InputNotFound(f"{path}: no such tokenizer folder")
     return AutoTokenizer.from_pretrained(str(path))
 
 

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from elmokit.configs import config_from_dict
+from elmokit.errors import InputNotFound
 from elmokit.io import atomic_path
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Tokenizer, open_text
@@ -144,7 +145,7 @@ def _read_lines(path: str | os.PathLike) -> list[str]:
         with open_text(path) as handle:
             return [line.rstrip("\n") for line in handle]
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
+        raise InputNotFound(f"{path}: no such file") from None
     except UnicodeDecodeError as error:
         raise ParallelDataError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
     except (OSError, EOFError) as error:
@@ -323,7 +324,7 @@ class CoveTrainResult:
 def load_vectors(path: str | os.PathLike, *, limit: int | None = None):
     """The frozen table (a StaticVectors) from a folder of `elmokit static train` or a word2vec file."""
     if not Path(path).exists():
-        raise FileNotFoundError(f"--vectors {path}: no such file or folder")
+        raise InputNotFound(f"--vectors {path}: no such file or folder")
     return StaticVectors.load(path, limit=limit)
 
 

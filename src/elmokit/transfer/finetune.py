@@ -31,7 +31,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +41,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
-from elmokit.io import atomic_directory
+from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
+from elmokit.io import output_directory
+from elmokit.tasks.classifier import SAVED_BY
 from elmokit.text.subword_tokenizers import encode_words
 
 logger = logging.getLogger(__name__)
@@ -112,7 +115,7 @@ def load_base(folder: str | os.PathLike):
 
     folder = Path(folder)
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder}: not a transformers model folder (no config.json)")
+        raise InputNotFound(f"{folder}: not a transformers model folder (no config.json)")
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # dropped pretraining heads are expected
     try:
@@ -155,11 +158,14 @@ def warmup_then_linear_decay(step: int, total: int, warmup: float) -> float:
 
 
 def save_finetuned_folder(directory: str | os.PathLike, model: nn.Module, tokenizer, record: dict, config_file: str,
-                          *, metadata: dict | None = None) -> Path:
+                          *, command: str, artifact: str, metadata: dict | None = None,
+                          inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
     """A fine-tuned folder, atomically: ``model/`` (``model.base`` and the tokenizer, save_pretrained),
-    ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``."""
+    ``head.safetensors`` (every parameter outside ``base.``) and ``record`` as JSON in ``config_file``;
+    under the output policy of ``command`` (``elmokit.io.output_directory``)."""
     directory = Path(directory)
-    with atomic_directory(directory) as staging:
+    refuse_non_finite(model.state_dict(), directory)
+    with output_directory(directory, command=command, inputs=inputs, artifact=artifact) as staging:
         model.base.save_pretrained(str(staging / BASE_DIR))
         tokenizer.save_pretrained(str(staging / BASE_DIR))
         head = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not k.startswith("base.")}
@@ -215,26 +221,28 @@ class FineTuned:
         predicted = self.predict(sentences)
         return 100 * float(np.mean([p == y for p, y in zip(predicted, labels)])) if labels else float("nan")
 
-    def save(self, directory: str | os.PathLike) -> Path:
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
         """``model/`` (save_pretrained of the transformer and tokenizer), ``head.safetensors``,
         ``finetune.json`` (labels, options, source, history); written to a staging folder and renamed."""
         record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "labels": self.labels,
                   "options": dataclasses.asdict(self.options), "source": self.source, "history": self.history}
-        return save_finetuned_folder(directory, self.model, self.tokenizer, record, CONFIG_FILE)
+        return save_finetuned_folder(directory, self.model, self.tokenizer, record, CONFIG_FILE, command=SAVED_BY,
+                                     artifact="finetuned-classifier", inputs=inputs)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTuned:
         directory = Path(directory)
         for name in (CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():
-                raise FileNotFoundError(f"{directory}: not a fine-tuned classifier folder (no {name})")
+                raise InputNotFound(f"{directory}: not a fine-tuned classifier folder (no {name})")
         record = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
         options = FineTuneOptions(**record["options"])
         base, tokenizer = load_base(directory / BASE_DIR)
         model = FineTunedClassifier(base, len(record["labels"]), dropout=options.dropout)
-        missing, unexpected = model.load_state_dict(load_file(str(directory / HEAD_FILE)), strict=False)
+        missing, unexpected = model.load_state_dict(refuse_non_finite_read(load_file(str(directory / HEAD_FILE)),
+                                                                     directory / HEAD_FILE), strict=False)
         if unexpected or any(not k.startswith("base.") for k in missing):
-            raise ValueError(f"{directory}: {HEAD_FILE} does not fit the model (missing {missing}, unexpected {unexpected})")
+            raise UserError(f"{directory}: {HEAD_FILE} does not fit the model (missing {missing}, unexpected {unexpected})")
         return cls(model.eval(), tokenizer, list(record["labels"]), options, record.get("source", ""),
                    record.get("history", []))
 
@@ -255,8 +263,8 @@ def finetune_classifier(
     index = {y: i for i, y in enumerate(labels)}
     model = FineTunedClassifier(base, len(labels), dropout=options.dropout)
     if options.aux_lm and not model.causal:
-        raise ValueError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model, "
-                         f"not {base.config.model_type}")
+        raise UserError(f"{folder}: the auxiliary LM loss (GPT's eq. 5) needs a left-to-right model, "
+                        f"not {base.config.model_type}")
     steps_per_epoch = -(-len(train[0]) // options.batch_size)
     optimizer, scheduler = adamw_with_warmup(model, options, options.epochs * steps_per_epoch)
     targets = torch.tensor([index[y] for y in train[1]])

@@ -40,7 +40,7 @@ import dataclasses
 import json
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,9 +50,12 @@ from safetensors.torch import load_file
 from torch import nn
 
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
+from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite_read
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
+from elmokit.tasks.tagger.saved import SAVED_BY
 from elmokit.tasks.tagger.training import tagging_labels
 from elmokit.text.subword_tokenizers import WordEncoding, encode_words
 from elmokit.transfer.finetune import (
@@ -87,8 +90,8 @@ def word_windows(tokenizer, words: Sequence[str], max_positions: int) -> list[tu
     windows, start, used = [], 0, 0
     for k, pieces in enumerate(encoding.pieces):
         if len(pieces) > room:
-            raise ValueError(f"the word {words[k]!r} has {len(pieces)} sub-tokens, more than the {room} a window "
-                             f"of {max_positions} positions holds")
+            raise UserError(f"the word {words[k]!r} has {len(pieces)} sub-tokens, more than the {room} a window "
+                            f"of {max_positions} positions holds")
         if used + len(pieces) > room:
             windows.append((start, k))
             start, used = k, 0
@@ -224,34 +227,36 @@ class FineTunedTagger:
     def evaluate(self, corpus: TaggedCorpus, *, batch_size: int = 32) -> dict[str, Any]:
         return score(corpus.labels, self.predict(corpus.sentences, batch_size=batch_size), self.task)
 
-    def save(self, directory: str | os.PathLike) -> Path:
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
         """``model/``, ``head.safetensors``, ``finetune_tagger.json`` (module docstring), atomically."""
         record = {"format_version": FORMAT_VERSION, "recipe": "finetune", "task": self.task, "scheme": self.scheme,
                   "output": self.output, "labels": self.labels, "options": dataclasses.asdict(self.options),
                   "source": self.source, "best_epoch": self.best_epoch, "results": self.results,
                   "history": self.history}
-        return save_finetuned_folder(directory, self.model, self.tokenizer, record, TAGGER_CONFIG_FILE,
-                                     metadata={"format": "elmokit-finetuned-tagger"})
+        return save_finetuned_folder(directory, self.model, self.tokenizer, record, TAGGER_CONFIG_FILE, command=SAVED_BY,
+                                     artifact="finetuned-tagger", metadata={"format": "elmokit-finetuned-tagger"},
+                                     inputs=inputs)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> FineTunedTagger:
         directory = Path(directory)
         for name in (TAGGER_CONFIG_FILE, HEAD_FILE, BASE_DIR):
             if not (directory / name).exists():
-                raise FileNotFoundError(f"{directory}: not a fine-tuned tagger folder (no {name}); "
-                                        "train one with `elmokit tag train --recipe finetune`")
+                raise InputNotFound(f"{directory}: not a fine-tuned tagger folder (no {name}); "
+                                    "train one with `elmokit tag train --recipe finetune`")
         try:
             record = json.loads((directory / TAGGER_CONFIG_FILE).read_text(encoding="utf-8"))
             options = FineTuneOptions(**record["options"])
             labels, output, scheme = list(record["labels"]), record["output"], record.get("scheme")
         except (ValueError, TypeError, KeyError) as error:
-            raise ValueError(f"{directory / TAGGER_CONFIG_FILE}: {error!r}") from None
+            raise UserError(f"{directory / TAGGER_CONFIG_FILE}: {error!r}") from None
         base, tokenizer = load_base(directory / BASE_DIR)
         model = FineTunedTaggerModel(base, labels, output=output, scheme=scheme, dropout=options.dropout)
-        missing, unexpected = model.load_state_dict(load_file(str(directory / HEAD_FILE)), strict=False)
+        missing, unexpected = model.load_state_dict(refuse_non_finite_read(load_file(str(directory / HEAD_FILE)),
+                                                                     directory / HEAD_FILE), strict=False)
         if unexpected or any(not k.startswith("base.") for k in missing):
-            raise ValueError(f"{directory / HEAD_FILE}: does not fit the model (missing "
-                             f"{[k for k in missing if not k.startswith('base.')]}, unexpected {unexpected})")
+            raise UserError(f"{directory / HEAD_FILE}: does not fit the model (missing "
+                            f"{[k for k in missing if not k.startswith('base.')]}, unexpected {unexpected})")
         return cls(model.eval(), tokenizer, labels, record.get("task", "ner"), scheme, output, options,
                    record.get("source", ""), record.get("history", []), record.get("best_epoch"),
                    record.get("results", {}))
@@ -278,9 +283,13 @@ def finetune_tagger(
     better one (None: run all ``options.epochs``). ``history``: one dict per epoch, as ``train_tagger``'s."""
     log = log or (lambda message: None)
     if options.aux_lm:
-        raise ValueError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
+        raise UserError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
     if task not in ("ner", "pos"):
         raise ValueError(f"task {task!r}: use ner or pos")
+    for name, corpus in (("train", train), ("dev", dev)):
+        empty = [i for i, s in enumerate(corpus.sentences) if not s]
+        if empty:
+            raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     scheme = scheme if task == "ner" else None
     labels = tagging_labels(train, dev, scheme, log)
     seed_everything(options.seed)

@@ -50,7 +50,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -65,9 +65,11 @@ from torch import nn
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
 from elmokit.engine.epochs import EpochOptions, train_epochs
-from elmokit.errors import UserError
-from elmokit.io import atomic_directory
+from elmokit.errors import InputNotFound, UserError
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
+from elmokit.io import output_directory
 from elmokit.nn.lstm import reverse_padded
+from elmokit.tasks.classifier import SAVED_BY
 from elmokit.text.chars import batch_to_ids
 from elmokit.training.lm import Candidates, LanguageModel, rows
 from elmokit.transfer.schedules import discriminative_rates, slanted_triangular_fraction
@@ -379,10 +381,12 @@ class ULMFiTClassifier:
         predicted = self.probabilities(sentences).argmax(dim=1).tolist()
         return 100 * float(np.mean([self.labels[p] == y for p, y in zip(predicted, labels)]))
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """config.json + model.safetensors + labels.json, written to a staging folder and renamed."""
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+        """config.json + model.safetensors + labels.json, written to a staging folder and renamed, under
+        the output policy (``elmokit.io.output_directory``; ``inputs`` may not be the folder)."""
         state = {f"{d}.{k}": v.detach().cpu().contiguous() for d, m in self.models.items() for k, v in m.state_dict().items()}
-        with atomic_directory(Path(directory)) as staging:
+        refuse_non_finite(state, Path(directory) / WEIGHTS_NAME)
+        with output_directory(Path(directory), command=SAVED_BY, inputs=inputs, artifact="ulmfit-classifier") as staging:
             (staging / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
             save_file(state, str(staging / WEIGHTS_NAME), metadata={"format": "elmokit-ulmfit-classifier"})
             (staging / LABELS_NAME).write_text(json.dumps(self.labels, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -392,11 +396,11 @@ class ULMFiTClassifier:
         directory = Path(directory)
         for name in (CONFIG_NAME, WEIGHTS_NAME, LABELS_NAME):
             if not (directory / name).is_file():
-                raise FileNotFoundError(f"{directory}: not a saved ULMFiT classifier (no {name})")
+                raise InputNotFound(f"{directory}: not a saved ULMFiT classifier (no {name})")
         try:
             config = ULMFiTConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")))
             labels = json.loads((directory / LABELS_NAME).read_text(encoding="utf-8"))
-            state = load_file(str(directory / WEIGHTS_NAME))
+            state = refuse_non_finite_read(load_file(str(directory / WEIGHTS_NAME)), directory / WEIGHTS_NAME)
         except (ValueError, TypeError, SafetensorError, OSError) as error:  # JSON/Unicode errors are ValueErrors
             raise ULMFiTError(f"{directory}: not a readable ULMFiT classifier folder: {error}") from None
         if not isinstance(labels, list) or len(labels) != config.num_labels:

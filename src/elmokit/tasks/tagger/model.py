@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from elmokit.configs import config_from_dict
+from elmokit.errors import UserError
 from elmokit.nn.scalar_mix import ScalarMix
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
 
@@ -87,15 +88,15 @@ class TaggerConfig:
         checks = {"task": ("pos", "ner"), "output": ("crf", "softmax"), "elmo": tuple(ELMO_MODES)}
         for name, allowed in checks.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"TaggerConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+                raise UserError(f"TaggerConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.elmo != "none" and (self.elmo_layers < 1 or self.elmo_dim < 1):
-            raise ValueError("an ELMo tagger needs elmo_layers and elmo_dim (from the representation)")
+            raise UserError("an ELMo tagger needs elmo_layers and elmo_dim (from the representation)")
         if self.elmo == "none" and (self.elmo_at_output or self.fine_tune):
-            raise ValueError("elmo_at_output and fine_tune need a representation (elmo='mix' or 'top')")
+            raise UserError("elmo_at_output and fine_tune need a representation (elmo='mix' or 'top')")
         if self.elmo == "taglm" and self.elmo_at_output:
-            raise ValueError("elmo='taglm' places the top layer between the two BiLSTM layers; elmo_at_output does not apply")
+            raise UserError("elmo='taglm' places the top layer between the two BiLSTM layers; elmo_at_output does not apply")
         if self.elmo == "second-to-last" and self.elmo_layers < 2:
-            raise ValueError(f"elmo='second-to-last' needs a representation of 2 or more layers, not {self.elmo_layers}")
+            raise UserError(f"elmo='second-to-last' needs a representation of 2 or more layers, not {self.elmo_layers}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

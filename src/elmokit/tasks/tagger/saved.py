@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from safetensors.torch import load_file, save_file
 from elmokit.errors import UserError
 from elmokit.features import pad_features
 from elmokit.formats import load_bilm, save_native
-from elmokit.io import atomic_directory
+from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
+from elmokit.io import output_directory
 from elmokit.representation import RepresentationError, load_representation
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import score
@@ -31,6 +32,7 @@ from elmokit.text.chars import batch_to_ids
 
 CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME, METRICS_NAME, BILM_DIR = (
     "config.json", "model.safetensors", "vocab.json", "metrics.json", "bilm")
+SAVED_BY = "tag train"  # the command whose output a tagger folder is (either recipe): it may replace it
 
 
 class TaggerFolderError(UserError):
@@ -134,12 +136,15 @@ class SequenceTagger:
         return out
 
     # -- saving and loading
-    def save(self, directory: str | os.PathLike) -> Path:
-        """Write the tagger folder atomically (a complete folder replaces any old one)."""
+    def save(self, directory: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
+        """Write the tagger folder atomically under the output policy (``elmokit.io.output_directory``):
+        a new or empty folder, or an earlier tagger folder, which the complete new one replaces; never
+        a file, one of ``inputs``, or a folder holding anything else."""
         directory = Path(directory)
-        with atomic_directory(directory) as tmp:
+        state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items() if not k.startswith("bilm.")}
+        refuse_non_finite(state, directory / WEIGHTS_NAME)
+        with output_directory(directory, command=SAVED_BY, inputs=inputs, artifact="tagger") as tmp:
             (tmp / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
-            state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items() if not k.startswith("bilm.")}
             save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "elmokit-tagger"})
             vocab = {"words": self.words, "labels": self.labels}
             (tmp / VOCAB_NAME).write_text(json.dumps(vocab, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -181,7 +186,8 @@ class SequenceTagger:
                     f"{directory}: trained on {config.elmo_layers} layers of dim {config.elmo_dim}, but the "
                     f"representation {representation.name} has {representation.num_layers} of dim {representation.dim}")
             tagger.representation = representation
-        missing, unexpected = tagger.model.load_state_dict(load_file(str(directory / WEIGHTS_NAME)), strict=False)
+        missing, unexpected = tagger.model.load_state_dict(
+            refuse_non_finite_read(load_file(str(directory / WEIGHTS_NAME)), directory / WEIGHTS_NAME), strict=False)
         missing = [k for k in missing if not k.startswith("bilm.")]
         if missing or unexpected:
             raise TaggerFolderError(f"{directory / WEIGHTS_NAME}: missing {missing}, unexpected {unexpected}")

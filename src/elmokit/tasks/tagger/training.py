@@ -19,6 +19,7 @@ import torch
 
 from elmokit.bilm import BiLM
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
+from elmokit.errors import UserError
 from elmokit.features import feature_source
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes
 from elmokit.tasks.tagger.metrics import main_metric
@@ -91,9 +92,13 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
     seed_everything(options.seed)
     rng = random.Random(options.seed)
     if config.elmo != "none" and representation is None:
-        raise ValueError("an ELMo tagger needs a representation (or set elmo='none')")
+        raise UserError("an ELMo tagger needs a representation (or set elmo='none')")
     if config.fine_tune and not hasattr(representation, "bilm"):
-        raise ValueError(f"fine-tuning needs an ELMo model; {getattr(representation, 'name', representation)} has no biLM")
+        raise UserError(f"fine-tuning needs an ELMo model; {getattr(representation, 'name', representation)} has no biLM")
+    for name, corpus in (("train", train), ("dev", dev)):
+        empty = [i for i, s in enumerate(corpus.sentences) if not s]
+        if empty:
+            raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     labels = tagging_labels(train, dev, config.scheme, log)
     words = build_words(train.sentences, config.lowercase, config.min_word_count)
     tagger = SequenceTagger(config, words, labels, representation=representation)
