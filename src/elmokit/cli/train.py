@@ -161,7 +161,7 @@ def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> int:
     import signal
     from pathlib import Path
 
-    from elmokit.training.checkpoint import latest_checkpoint
+    from elmokit.engine.checkpoint import latest_checkpoint
 
     signum = getattr(stop, "signum", None)
     how = f"stopped by {signal.Signals(signum).name}" if signum else "interrupted"

@@ -61,10 +61,10 @@ def run_training_command(command: str, func, args: argparse.Namespace) -> int:
     import sys
 
     from elmokit.cli.common import run_reporting_errors
+    from elmokit.engine.checkpoint import CheckpointError
+    from elmokit.engine.run_folder import RunError
     from elmokit.text.corpus import CorpusError
-    from elmokit.training.checkpoint import CheckpointError
     from elmokit.training.run_config import ConfigError
-    from elmokit.training.trainer import RunError
     from elmokit.training.vocab import VocabularyError
 
     def guarded(arguments):

@@ -37,7 +37,6 @@ into int32 type ids (4 bytes per token), so it must fit in memory; resuming rebu
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import random
 from array import array
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from elmokit.engine.steps import Position
 from elmokit.text.corpus import Corpus, CorpusError, Tokenizer, expand_patterns
 
 NO_SENTENCES = "no sentences: the files are empty or hold blank lines only; fix: give a corpus with text"
@@ -93,23 +93,6 @@ def make_tokenizer(spec: dict | None) -> Tokenizer | HookTokenizer:
     if spec.get("kind") == "hook":
         return HookTokenizer(callable=spec["callable"], lowercase=bool(spec.get("lowercase", False)))
     return Tokenizer.from_dict(spec)
-
-
-@dataclass(frozen=True, order=True)
-class Position:
-    """Where the sentence stream stands: the next sentence is number ``offset`` of the
-    ``shard``-th shard (in the epoch's shuffled order) of epoch ``epoch``."""
-
-    epoch: int = 0
-    shard: int = 0
-    offset: int = 0
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Position:
-        return cls(**{k: int(v) for k, v in data.items()})
 
 
 @dataclass

@@ -39,10 +39,12 @@ class RunConfig:
     training: TrainingConfig
     corpus: list[str]
     vocab: str
+    folder: Any = dataclasses.field(default=None, compare=False, repr=False)  # the run folder, opened (and read) once
 
     def train_arguments(self) -> dict[str, Any]:
         """Keyword arguments of ``trainer.train`` (with ``run_dir`` and ``resume`` beside)."""
-        return {"corpus": self.corpus, "vocab": self.vocab, "model_config": self.model_config, "training": self.training}
+        return {"corpus": self.corpus, "vocab": self.vocab, "model_config": self.model_config, "training": self.training,
+                "folder": self.folder}
 
 
 def load_model_config_file(path: str | os.PathLike) -> BiLMConfig:
@@ -66,19 +68,13 @@ def load_model_config_file(path: str | os.PathLike) -> BiLMConfig:
 
 
 def _saved_run(run_dir: Path, resume: bool):
-    """(model config, training config, training.json) of the run being resumed, or None."""
-    from elmokit.training.trainer import RunError, read_run
+    """(the run folder, opened once; (model config, training config, training.json) of its run when resumed, or None)."""
+    from elmokit.training.trainer import RUN_KIND, RunFolder, _saved_configs
 
-    if not resume:
-        return None
-    if not run_dir.exists():
-        raise RunError(f"{run_dir}: no such run folder, so there is nothing to resume. Fix: check the --out path, "
-                       "or drop --resume to start a new run there")
-    if not run_dir.is_dir():
-        raise RunError(f"{run_dir}: not a folder; --out names a run folder")
-    if not (run_dir / "training.json").exists():
-        return None  # a folder made for a run that has not started (e.g. by hand): start it
-    return read_run(run_dir)
+    folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
+    if not resume or folder.record is None:
+        return folder, None  # nothing to resume (a folder made for a run that has not started): start it
+    return folder, _saved_configs(folder)
 
 
 def _model_config(preset: str | None, config: str | os.PathLike | BiLMConfig | None, saved) -> BiLMConfig:
@@ -143,10 +139,10 @@ def resolve_run_config(
     ``init_from`` (a model folder written by ``elmokit train``, or a shipped name such as ``default``)
     starts a new run from that model's weights; the architecture, the vocabulary and the tokenizer
     then default to the model's own, and must equal them when given.
-    Raises ConfigError (a bad setting) or trainer.RunError (``resume`` of a missing folder).
+    Raises ConfigError (a bad setting) or RunError (a run folder the request does not fit).
     """
     run_dir = Path(run_dir)
-    saved = _saved_run(run_dir, resume)
+    folder, saved = _saved_run(run_dir, resume)
     start = _start_model(init_from) if init_from is not None else None
     if start is not None and not (preset or config):
         config = start["config"]
@@ -177,13 +173,13 @@ def resolve_run_config(
         raise ConfigError("give --corpus and --vocab (or --resume an existing run folder)")
     if start is not None:
         _check_start_model(start, model_config, resolved, vocab)
-    return RunConfig(model_config, resolved, corpus, vocab)
+    return RunConfig(model_config, resolved, corpus, vocab, folder)
 
 
 def _start_model(init_from: str | os.PathLike) -> dict:
     """What a run started from a trained model takes from it: its folder, config, vocabulary, tokenizer."""
     from elmokit.formats import ModelFolderError, recorded_tokenizer, resolve_model_path
-    from elmokit.training.lm import LM_WEIGHTS_NAME, VOCAB_NAME
+    from elmokit.lm import LM_WEIGHTS_NAME, VOCAB_NAME
 
     try:
         folder = resolve_model_path(init_from)

@@ -15,7 +15,7 @@ Run folder (the trainer's layout, ``training/trainer.py``)::
     training.json      CoveTrainingConfig, the data files and their split sizes, the vectors' sha256
     target_vocab.txt   the target vocabulary (<pad> <unk> <s> </s> first)
     metrics.jsonl      one JSON object per logged step / validation
-    checkpoints/       step_XXXXXXXX/ from ``training/checkpoint.py``: atomic, SHA256SUMS, finite weights only
+    checkpoints/       step_XXXXXXXX/ from ``engine/checkpoint.py``: atomic, SHA256SUMS, finite weights only
     model/             at the end: the model folder of ``cove.py`` (with the frozen vectors)
     bleu.json          BLEU on the held-out splits (sacrebleu), with hypotheses in <split>.hyp.txt
 
@@ -46,9 +46,7 @@ import numpy as np
 import torch
 
 from elmokit.configs import config_from_dict
-from elmokit.io import atomic_path
-from elmokit.text.corpus import Tokenizer, open_text
-from elmokit.training.checkpoint import (
+from elmokit.engine.checkpoint import (
     decode_rng,
     encode_rng,
     file_sha256,
@@ -56,7 +54,9 @@ from elmokit.training.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from elmokit.training.loop import progress_bar, truncate_metrics
+from elmokit.engine.steps import progress_bar, truncate_metrics
+from elmokit.io import atomic_path
+from elmokit.text.corpus import Tokenizer, open_text
 from elmokit.training.trainer import RunError
 from elmokit.transfer.cove import (
     BOS,
