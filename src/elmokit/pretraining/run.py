@@ -85,7 +85,7 @@ from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.objectives import OBJECTIVES
-from elmokit.text.corpus import expand_patterns
+from elmokit.text.corpus import CorpusError, expand_patterns
 
 logger = logging.getLogger(__name__)
 
@@ -282,6 +282,9 @@ class _PretrainRun:
         self.checkpoints = run_dir / "checkpoints"
         self.spec = OBJECTIVES[config.objective]
         files = expand_patterns(corpus)  # CorpusError naming the pattern
+        if next(_tokenizer_lines(files, 1), None) is None:  # before anything is written
+            raise CorpusError(f"corpus {', '.join(corpus)}: no text to pretrain on (every line is blank); fix: give "
+                              "text files, one paragraph a line")
         corpus_files = corpus_files_record(files)
         if folder.resuming:
             self._check_resume_compatible(corpus, corpus_files)
