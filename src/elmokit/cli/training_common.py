@@ -70,7 +70,7 @@ def run_training_command(command: str, func, args: argparse.Namespace) -> int:
     def guarded(arguments):
         try:
             return func(arguments)
-        except (CorpusError, VocabularyError, RunError, CheckpointError, ConfigError, SettingError) as error:
+        except (UserError, CorpusError, VocabularyError, RunError, CheckpointError, ConfigError, SettingError) as error:
             print(f"elmokit {command}: error: {error}", file=sys.stderr)
             return 2
 
