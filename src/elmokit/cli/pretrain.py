@@ -20,7 +20,7 @@ import shlex
 import sys
 
 from elmokit.cli.common import non_negative_int, positive_float, positive_int
-from elmokit.cli.training_common import SettingError, run_training_command
+from elmokit.cli.training_common import SettingError, interrupted, run_training_command
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
 # shows PretrainConfig's default.
@@ -136,28 +136,9 @@ def run(args: argparse.Namespace) -> int:
         result = pretrain(args.out, corpus=corpus, config=config, resume=args.resume, command=command, device=args.device,
                           folder=folder)
     except KeyboardInterrupt as stop:
-        return _interrupted(args, stop)
+        return interrupted("pretrain", args.out, stop)
     if result.model_dir is not None:
         loss = f"{result.loss:.4f}" if result.loss is not None else "n/a"
         print(f"elmokit pretrain: step {result.step}, {result.tokens:,} tokens, last loss {loss}; "
               f"model in {result.model_dir}", file=sys.stderr)
     return 0
-
-
-def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> int:
-    """Ctrl-C, SIGTERM or SIGHUP: say which checkpoint the run folder keeps and how to go on."""
-    import signal
-    from pathlib import Path
-
-    from elmokit.engine.checkpoint import latest_checkpoint
-
-    signum = getattr(stop, "signum", None)
-    how = f"stopped by {signal.Signals(signum).name}" if signum else "interrupted"
-    kept = latest_checkpoint(Path(args.out) / "checkpoints")
-    resume = f"elmokit pretrain --out {shlex.quote(str(args.out))} --resume"
-    if kept is not None:
-        print(f"elmokit pretrain: {how}; the run folder keeps checkpoint {kept}; continue with: {resume}", file=sys.stderr)
-    else:
-        print(f"elmokit pretrain: {how} before the first checkpoint; continue (from step 0) with: {resume}",
-              file=sys.stderr)
-    return 128 + signum if signum else 130

@@ -77,5 +77,32 @@ def run_training_command(command: str, func, args: argparse.Namespace) -> int:
     return run_reporting_errors(command, guarded, args)
 
 
+def interrupted(command: str, out: str, stop: KeyboardInterrupt) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP during a training command: say which checkpoint the run folder keeps and how
+    to go on; the exit code of the signal."""
+    import json
+    import shlex
+    import signal
+    import sys
+    from pathlib import Path
+
+    from elmokit.engine.run_folder import latest_checkpoint
+
+    signum = getattr(stop, "signum", None)
+    how = f"stopped by {signal.Signals(signum).name}" if signum else "interrupted"
+    kept = latest_checkpoint(Path(out) / "checkpoints")
+    resume = f"elmokit {command} --out {shlex.quote(str(out))} --resume"
+    if kept is not None:
+        step = json.loads((kept / "state.json").read_text())["step"]
+        print(f"elmokit {command}: {how}; the run folder keeps checkpoint {kept} (step {step}); continue with: {resume}",
+              file=sys.stderr)
+    elif (Path(out) / "training.json").exists():
+        print(f"elmokit {command}: {how} before the first checkpoint; {out} holds the run's settings only; start it again "
+              f"from step 0 with: {resume}", file=sys.stderr)
+    else:
+        print(f"elmokit {command}: {how}; nothing was written", file=sys.stderr)
+    return 128 + signum if signum else 130
+
+
 class SettingError(UserError):
     """A flag value that cannot be used (reported without a traceback)."""

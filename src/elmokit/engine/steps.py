@@ -33,14 +33,15 @@ from typing import Any
 
 import torch
 
-from elmokit.engine.checkpoint import decode_rng, encode_rng, latest_checkpoint, latest_good_checkpoint
+from elmokit.engine.checkpoint import decode_rng, encode_rng, latest_checkpoint, latest_good_checkpoint, read_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import MetricsLog, RunError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NonFiniteError", "Position", "progress_bar", "gather_rng_states", "restore_rng_states", "nonfinite_error",
-           "StepOutcome", "StepLoop", "newest_good_checkpoint"]
+__all__ = ["NonFiniteError", "Position", "RunResult", "progress_bar", "gather_rng_states", "restore_rng_states",
+           "nonfinite_error",
+           "StepOutcome", "StepLoop"]
 
 
 class NonFiniteError(RunError):
@@ -151,11 +152,18 @@ class StepOutcome:
 # ---- the loop ---------------------------------------------------------------------------------------
 
 
-def newest_good_checkpoint(checkpoints: Path, context: DistributedContext) -> Path | None:
-    """The checkpoint a resume starts from (the main rank sets damaged newer ones aside), on every rank."""
-    found = latest_good_checkpoint(checkpoints, set_aside_bad=context.is_main)
-    context.barrier()
-    return found
+@dataclass
+class RunResult:
+    """What a trainer returns: the last step, tokens seen, the last logged loss, the run and model folders,
+    the wall time over every call of the run, this call's metric lines."""
+
+    step: int
+    tokens: int
+    loss: float | None
+    run_dir: Path
+    model_dir: Path | None
+    elapsed_s: float
+    history: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -215,6 +223,24 @@ class StepLoop:
         self.step, self.tokens, self.elapsed_before = state["step"], state.get("tokens", 0), state["elapsed_s"]
         self.skipped, self.last_saved = state.get("skipped_nonfinite", 0), state["step"]
         restore_rng_states(state, context, device)
+
+    def result(self, run_dir: Path, model_dir: Path | None, **extra: Any) -> RunResult:
+        return RunResult(self.step, self.tokens, self.last_loss, run_dir, model_dir, self.elapsed(), self.metrics.history,
+                         **extra)
+
+    def resume(self, optimizer: torch.optim.Optimizer, names: list[str], context: DistributedContext,
+               device: torch.device) -> tuple[dict, dict] | None:
+        """Continue from the newest good checkpoint (the main rank sets damaged newer ones aside): the optimizer
+        in place, the counters and this rank's RNG; returns (its weights, its ``state.json``), or None."""
+        found = latest_good_checkpoint(self.checkpoints, set_aside_bad=context.is_main)
+        context.barrier()
+        if found is None:
+            logger.info("%s: no checkpoint yet; starting from step 0", self.checkpoints.parent)
+            return None
+        weights, state = read_checkpoint(found, optimizer, names)
+        self.restore(state, context, device)
+        logger.info("resuming from %s (step %d, %d tokens)", found, self.step, self.tokens)
+        return weights, state
 
     def save_final(self) -> None:
         """The checkpoint of the last step, unless it was just written."""

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmokit.configs import config_from_dict
-from elmokit.engine.checkpoint import file_sha256, read_checkpoint, write_checkpoint
+from elmokit.engine.checkpoint import file_sha256, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
@@ -69,7 +69,7 @@ from elmokit.engine.run_folder import (
     resume_differences,
     truncate_metrics,
 )
-from elmokit.engine.steps import StepLoop, StepOutcome, newest_good_checkpoint
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, mask_tokens
@@ -304,17 +304,6 @@ class DistillRunConfig:
         return config_from_dict(cls, data, "distillation config")
 
 
-@dataclass
-class DistillResult:
-    step: int
-    tokens: int
-    loss: float | None
-    run_dir: Path
-    model_dir: Path
-    elapsed_s: float
-    history: list[dict]
-
-
 def check_teacher(teacher_dir: str | os.PathLike) -> Path:
     """The teacher folder, once it is a transformers BERT masked-LM folder; else a one-line DistillError."""
     folder = Path(teacher_dir)
@@ -363,7 +352,7 @@ def read_segments(paths: Iterable[str | os.PathLike], tokenizer, *, max_tokens: 
 def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: Sequence[str | os.PathLike], *,
             config: DistillRunConfig = DistillRunConfig(), losses: DistillationConfig = DistillationConfig(),
             resume: bool = False, command: str | None = None, progress: bool = True,
-            folder: RunFolder | None = None) -> DistillResult:
+            folder: RunFolder | None = None) -> RunResult:
     """Distil the teacher folder into a student trained in the run folder ``out_dir`` (module docstring);
     the student ends in ``out_dir/model``. ``folder``: the run folder as the caller opened it."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
@@ -444,15 +433,13 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
                      max_steps=config.max_steps, epochs=None, log_every=config.log_every,
                      checkpoint_every=config.checkpoint_every, skip_nonfinite_steps=config.skip_nonfinite_steps,
                      fix=f"lower --lr (now {config.lr})", progress=progress, desc="distilling")
-    if folder.resuming:
-        ckpt = newest_good_checkpoint(out_dir / "checkpoints", context)
-        if ckpt is not None:
-            saved_weights, state = read_checkpoint(ckpt, optimizer, names)
-            for prefix, module in modules.items():
-                module.load_state_dict({k[len(prefix) + 1:]: v for k, v in saved_weights.items() if k.startswith(prefix + ".")})
-            position.update(state["position"])
-            mask_rng.bit_generator.state = state["masking_rng"]
-            steps.restore(state, context, device)
+    found = steps.resume(optimizer, names, context, device) if folder.resuming else None
+    if found is not None:
+        saved_weights, state = found
+        for prefix, module in modules.items():
+            module.load_state_dict({k[len(prefix) + 1:]: v for k, v in saved_weights.items() if k.startswith(prefix + ".")})
+        position.update(state["position"])
+        mask_rng.bit_generator.state = state["masking_rng"]
     truncate_metrics(metrics.path, steps.step)
     steps.last_loss = last_logged_loss(metrics.path)
     student.train()
@@ -464,7 +451,7 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
         student.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "README.md").write_text(_card(record, config, losses, steps, out_dir), encoding="utf-8")
-    return DistillResult(steps.step, steps.tokens, steps.last_loss, out_dir, model_dir, steps.elapsed(), metrics.history)
+    return steps.result(out_dir, model_dir)
 
 
 def _card(record: dict, config: DistillRunConfig, losses: DistillationConfig, steps: StepLoop, run_dir: Path) -> str:

@@ -1,19 +1,12 @@
 """``elmokit pretrain``: a transformer objective trained on the shared loop, into a run folder.
 
-A run folder (``engine/run_folder.py``: opened, refused or resumed as ``elmokit train``'s) holds
-
-    command.txt       every command that ran in this folder (one line each, with the time)
-    training.json     the resolved PretrainConfig, the objective, the model class and sizes, the corpus
-                      (files, bytes), the tokenizer's sha256, the world size, versions, and once measured
-                      ``flops``: the FLOPs of the first step's forward + backward (torch.utils.flop_counter)
-    config.json       the transformers model config
-    tokenizer/        the subword tokenizer trained on the corpus (or copied from --tokenizer)
-    metrics.jsonl     one JSON line per logged step: loss and its parts, grad norm, lr, tokens seen, tokens/s,
-                      ``cpu_s`` (the CPU-seconds of the training steps so far, below)
-    checkpoints/      step_XXXXXXXX/ (``engine/checkpoint.py``: atomic, SHA256SUMS, damaged ones set aside)
-    model/            at the end: a standard HF checkpoint folder (config.json, model.safetensors, the
-                      tokenizer files) and README.md (the model card); ``Embedder.load(DIR)`` and
-                      ``--model DIR`` read it as a ``{"kind": "transformer"}`` representation
+The run folder is the engine's (``engine/run_folder.py``); beside its record and metrics it holds
+``config.json`` (the transformers config), ``tokenizer/`` (trained on the corpus, or copied from --tokenizer)
+and at the end ``model/``, a standard HF checkpoint folder with the tokenizer and README.md (the model card)
+that ``Embedder.load(DIR)`` and ``--model DIR`` read as a ``{"kind": "transformer"}`` representation.
+``training.json`` also records the objective, the model class and sizes, the tokenizer's sha256 and, once
+measured, ``flops`` (the first step's forward + backward, torch.utils.flop_counter); metric lines carry the
+loss's parts, ``lr`` and ``cpu_s`` (the CPU-seconds of the training steps so far, below).
 
 Optimisation (BERT's recipe, Devlin et al. 2019 §A.2): AdamW (decoupled weight decay 0.01, not on biases and
 LayerNorm weights, i.e. on parameters of 2 or more dimensions), gradient-norm clipping at 1.0, the learning
@@ -65,7 +58,7 @@ import numpy as np
 import torch
 
 from elmokit.configs import config_from_dict
-from elmokit.engine.checkpoint import file_sha256, read_checkpoint, write_checkpoint
+from elmokit.engine.checkpoint import file_sha256, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
@@ -80,7 +73,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
 )
 from elmokit.engine.schedules import warmup_linear_decay
-from elmokit.engine.steps import Position, StepLoop, StepOutcome, newest_good_checkpoint
+from elmokit.engine.steps import Position, RunResult, StepLoop, StepOutcome
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
@@ -201,15 +194,7 @@ def learning_rate(config: PretrainConfig, step: int) -> float:
     return warmup_linear_decay(step, config.lr, config.warmup_steps, config.decay_steps)
 
 
-@dataclass
-class PretrainResult:
-    step: int
-    tokens: int
-    loss: float | None
-    run_dir: Path
-    model_dir: Path | None
-    elapsed_s: float
-    history: list[dict]
+PretrainResult = RunResult
 
 
 def open_pretrain_run(run_dir: str | os.PathLike, resume: bool) -> tuple[RunFolder, PretrainConfig | None]:
@@ -413,12 +398,10 @@ class _PretrainRun:
     # ---- resume
 
     def resume(self) -> None:
-        context = self.context
-        ckpt = newest_good_checkpoint(self.checkpoints, context)
-        if ckpt is None:
-            logger.info("%s: no checkpoint yet; starting from step 0", self.run_dir)
+        found = self.steps.resume(self.optimizer, self.names, self.context, self.device)
+        if found is None:
             return
-        weights, state = read_checkpoint(ckpt, self.optimizer, self.names)
+        weights, state = found
         for prefix, module in [("model", self.model), *self.modules.items()]:
             part = {k[len(prefix) + 1:]: v.to(self.device) for k, v in weights.items() if k.startswith(prefix + ".")}
             module.load_state_dict(part)
@@ -429,8 +412,6 @@ class _PretrainRun:
             self.objective.load_state_dict(state["objective_state"])
         if hasattr(self.objective, "load_tensor_state"):  # e.g. XLNet's memory, this rank's
             self._restore_objective_tensors(weights, state)
-        self.steps.restore(state, context, self.device)
-        logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.steps.step, self.steps.tokens)
 
     # ---- the loop
 
@@ -618,8 +599,7 @@ class _PretrainRun:
                 self.tokenizer.save_pretrained(str(tmp))
                 (tmp / "README.md").write_text(self._card(elapsed), encoding="utf-8")
         self.context.barrier()
-        return PretrainResult(steps.step, steps.tokens, steps.last_loss, self.run_dir, model_dir, elapsed,
-                              self.metrics.history)
+        return steps.result(self.run_dir, model_dir)
 
     def _card(self, elapsed_s: float) -> str:
         config, record = self.config, self.record

@@ -1,14 +1,7 @@
-"""The training loop: a run folder, exact resumption, data parallelism.
-
-A run folder holds
-
-    command.txt          every command that ran in this folder (one line each, with the time)
-    config.json          the resolved BiLMConfig
-    training.json        the resolved TrainingConfig, the corpus (files, sizes, tokenizer), the vocabulary
-    vocab.txt            a copy of the vocabulary
-    metrics.jsonl        one JSON object per logged step
-    checkpoints/         step_XXXXXXXX/ folders (see checkpoint.py), the newest ``keep_checkpoints``
-    model/               at the end: the native model folder + LM head + model card
+"""The biLM recipe on the engine: its batches, its step, its validation and its export. The run folder
+(``engine/run_folder.py``; here beside the record: ``config.json``, ``vocab.txt``, and at the end ``model/``,
+the native model folder + LM head + model card), the step loop, checkpoints and data parallelism are the
+engine's (``elmokit.engine``).
 
 Exactness. Everything a step depends on is a function of (seed, step) or is in the checkpoint:
 the initial weights (seeded), the data (``data.py``: the stream position is saved), the negatives
@@ -19,9 +12,6 @@ ends with bit-identical weights to an uninterrupted run on the same machine and 
 Data parallelism. Under torchrun every rank builds the same global batch and trains on its
 share; the loss is normalised by the global number of targets times the world size, so after
 DDP's gradient averaging the update equals one process's on the whole global batch.
-
-The run folder, the step loop (metrics, progress, non-finite steps, checkpoints, RNG states) and data
-parallelism are the engine's (``elmokit.engine``); this module gives the biLM's batches, step and export.
 """
 
 from __future__ import annotations
@@ -33,14 +23,13 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from elmokit.bilm import BiLMConfig
-from elmokit.engine.checkpoint import file_sha256, read_checkpoint, write_checkpoint
+from elmokit.engine.checkpoint import file_sha256, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
@@ -55,7 +44,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
     write_json,
 )
-from elmokit.engine.steps import NonFiniteError, Position, StepLoop, StepOutcome, newest_good_checkpoint
+from elmokit.engine.steps import NonFiniteError, Position, RunResult, StepLoop, StepOutcome
 from elmokit.lm import Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 from elmokit.training.config import SCHEDULE_FIELDS, TrainingConfig
@@ -79,15 +68,7 @@ RUN_FORMAT_VERSION = 1
 __all__ = ["RunError", "NonFiniteError", "TrainResult", "read_run", "train", "read_metrics"]
 
 
-@dataclass
-class TrainResult:
-    step: int
-    tokens: int
-    loss: float | None
-    run_dir: Path
-    model_dir: Path | None
-    elapsed_s: float
-    history: list[dict] = field(default_factory=list)
+TrainResult = RunResult
 
 
 # ---- the run folder ---------------------------------------------------------------------------
@@ -340,12 +321,11 @@ class _Run:
     # ---- resume: the newest good checkpoint
 
     def resume(self) -> None:
-        context, device = self.context, self.device
-        ckpt = newest_good_checkpoint(self.checkpoints, context)
-        if ckpt is None:
-            logger.info("%s: no checkpoint yet; starting from step 0", self.run_dir)
+        device = self.device
+        found = self.steps.resume(self.optimizer, self.names, self.context, device)
+        if found is None:
             return
-        model_state, state = read_checkpoint(ckpt, self.optimizer, self.names)
+        model_state, state = found
         carried = [model_state.pop(name, None) for name in CARRIED_STATE_NAMES]
         if self.training.window and all(t is not None for t in carried):
             self.carried = (carried[0].to(device), carried[1].to(device))
@@ -353,8 +333,6 @@ class _Run:
         self.position = Position.from_dict(state["position"])
         self.schedule = state.get("lr_schedule", self.schedule)
         self._set_lr(self.schedule["lr"])
-        self.steps.restore(state, context, device)
-        logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.steps.step, self.steps.tokens)
 
     def start_from_model(self, init_from: str) -> None:
         """Step 0 of a run with ``init_from``: the trained model's biLM and softmax replace the random
@@ -550,8 +528,7 @@ class _Run:
                 "trained_steps": steps.step, "trained_tokens": steps.tokens,
             }, model_card=card)
         self.context.barrier()
-        return TrainResult(steps.step, steps.tokens, steps.last_loss, self.run_dir, model_dir, steps.elapsed(),
-                           self.metrics.history)
+        return steps.result(self.run_dir, model_dir)
 
 
 # checkpoint names of the carried window state: h (L, 2, B, P), c (L, 2, B, D)

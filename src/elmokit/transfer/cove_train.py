@@ -8,17 +8,10 @@ Plain files train whole; ``--valid-src/--valid-tgt`` add a validation pair. Text
 regex ``\\w+|[^\\w\\s]``; the source side is lowercased when the vectors are (GloVe here is),
 the target side when ``lowercase_target`` (default; BLEU is then lowercased BLEU).
 
-Run folder (``engine/run_folder.py``: opened, refused or resumed as every trainer's; the loop is the
-engine's ``StepLoop``)::
-
-    command.txt        every command that ran here, with the time
-    config.json        CoveConfig
-    training.json      CoveTrainingConfig, the data files and their split sizes, the vectors' sha256
-    target_vocab.txt   the target vocabulary (<pad> <unk> <s> </s> first)
-    metrics.jsonl      one JSON object per logged step / validation
-    checkpoints/       step_XXXXXXXX/ from ``engine/checkpoint.py``: atomic, SHA256SUMS, finite weights only
-    model/             at the end: the model folder of ``cove.py`` (with the frozen vectors)
-    bleu.json          BLEU on the held-out splits (sacrebleu), with hypotheses in <split>.hyp.txt
+Run folder: the engine's (``engine/run_folder.py``, the loop ``StepLoop``); beside its record and metrics
+it holds ``config.json`` (CoveConfig), ``target_vocab.txt`` (<pad> <unk> <s> </s> first), and at the end
+``model/`` (``cove.py``'s folder, with the frozen vectors) and ``bleu.json`` (sacrebleu on the held-out
+splits, hypotheses in ``<split>.hyp.txt``). ``training.json`` fingerprints the parallel files and the vectors.
 
 Exactness. The initial weights come from the seed; batch order from (seed, epoch); the data
 position, Adam's moments and the torch RNG (dropout) are in each checkpoint. So N steps equal
@@ -36,7 +29,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -45,7 +38,7 @@ import numpy as np
 import torch
 
 from elmokit.configs import config_from_dict
-from elmokit.engine.checkpoint import file_sha256, read_checkpoint, write_checkpoint
+from elmokit.engine.checkpoint import file_sha256, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
@@ -56,7 +49,7 @@ from elmokit.engine.run_folder import (
     resume_differences,
     truncate_metrics,
 )
-from elmokit.engine.steps import StepLoop, StepOutcome, newest_good_checkpoint
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome
 from elmokit.io import atomic_path
 from elmokit.text.corpus import Tokenizer, open_text
 from elmokit.transfer.cove import (
@@ -315,13 +308,8 @@ def evaluate_bleu(model_dir: str | os.PathLike, splits: dict[str, ParallelSplit]
 
 
 @dataclass
-class CoveTrainResult:
-    step: int
-    run_dir: Path
-    model_dir: Path
-    last_loss: float | None
-    elapsed_s: float
-    bleu: dict | None
+class CoveTrainResult(RunResult):
+    bleu: dict | None = None  # BLEU per held-out split
 
 
 def load_vectors(path: str | os.PathLike, *, limit: int | None = None):
@@ -438,14 +426,10 @@ def train_cove(
                      max_steps=training.max_steps, epochs=training.epochs, log_every=training.log_every,
                      checkpoint_every=training.checkpoint_every, skip_nonfinite_steps=training.skip_nonfinite_steps,
                      fix=f"lower --lr (now {training.lr})", progress=progress, after_step=validate)
-    if folder.resuming:
-        ckpt = newest_good_checkpoint(checkpoints, context)
-        if ckpt is not None:
-            model_state, state = read_checkpoint(ckpt, optimizer, names)
-            model.load_state_dict(model_state)
-            position.update(epoch=state["position"]["epoch"], batch=state["position"]["batch"])
-            steps.restore(state, context, device)
-            logger.info("resuming from %s (step %d)", ckpt, steps.step)
+    found = steps.resume(optimizer, names, context, device) if folder.resuming else None
+    if found is not None:
+        model.load_state_dict(found[0])
+        position.update(found[1]["position"])
     truncate_metrics(metrics.path, steps.step)
     model.train()
     steps.run()
@@ -460,7 +444,7 @@ def train_cove(
         if held_out:
             results = evaluate_bleu(model_dir, held_out, batch_size=training.batch_size, out_dir=run_dir)
             write_bleu(run_dir, results, steps.step)
-    return CoveTrainResult(steps.step, run_dir, model_dir, steps.last_loss, steps.elapsed(), results)
+    return CoveTrainResult(**vars(steps.result(run_dir, model_dir)), bleu=results)
 
 
 def write_bleu(run_dir: Path, results: dict, step: int) -> None:
@@ -562,10 +546,3 @@ def _card_lines(config: CoveConfig, training: CoveTrainingConfig, data: dict, st
         f"wall time {elapsed_s / 60:.1f} min; last training loss "
         + (f"{last_loss:.4f}" if last_loss is not None else "n/a"),
     ]
-
-
-def iter_metrics(run_dir: str | os.PathLike) -> Iterator[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            yield json.loads(line)
