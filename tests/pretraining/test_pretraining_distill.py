@@ -212,3 +212,26 @@ def test_distill_bad_inputs_are_one_line_naming_the_file(teacher_dir, tmp_path, 
     err = capsys.readouterr().err
     [error] = [line for line in err.splitlines() if line.startswith("elmokit distill:")]
     assert expected in error and "Traceback" not in err
+
+
+def test_distill_non_finite_step_is_skipped_and_counted_when_asked_else_stops_naming_it(teacher_dir, tmp_path, monkeypatch):
+    from elmokit.engine.run_folder import read_metrics
+    from elmokit.engine.steps import NonFiniteError
+
+    teacher, corpus = teacher_dir
+    original, calls = D.DistillationObjective.loss, []
+
+    def nan_at_second(self, student, batch):
+        out = original(self, student, batch)
+        calls.append(1)
+        return D.ObjectiveLoss(out.loss * float("nan"), out.parts, out.n_targets, out.n_tokens) if len(calls) == 2 else out
+
+    monkeypatch.setattr(D.DistillationObjective, "loss", nan_at_second)
+    config = D.DistillRunConfig(max_steps=3, batch_size=2, log_every=1)
+    with pytest.raises(NonFiniteError, match="step 2: non-finite loss"):
+        D.distill(teacher, tmp_path / "stop", [corpus], config=config, progress=False)
+    calls.clear()
+    result = D.distill(teacher, tmp_path / "skip", [corpus], config=D.DistillRunConfig(max_steps=3, batch_size=2, log_every=1,
+                                                                                      skip_nonfinite_steps=1), progress=False)
+    [skipped] = [e for e in read_metrics(tmp_path / "skip") if "skipped" in e]
+    assert result.step == 3 and skipped["step"] == 2 and skipped["skipped_nonfinite"] == 1
