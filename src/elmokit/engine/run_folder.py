@@ -290,11 +290,11 @@ class RunFolder:
         return record
 
     def saved(self, key: str, from_dict) -> Any:
-        """The config saved under ``key`` in the record, read by ``from_dict``."""
+        """The config saved under ``key`` in the record (or, for a file name, in that JSON file), read by ``from_dict``."""
         try:
-            return from_dict(self.record[key])
-        except (KeyError, TypeError, ValueError) as error:
-            raise RunError(f"{self.path / RECORD_NAME}: not a readable elmokit run record ({error})") from None
+            return from_dict(json.loads((self.path / key).read_text(encoding="utf-8")) if "." in key else self.record[key])
+        except (OSError, KeyError, TypeError, ValueError) as error:
+            raise RunError(f"{self.path}: not a readable elmokit run folder ({key}: {error})") from None
 
     def refuse_if(self, problems: list[str], config_class: type) -> None:
         """A resume that asks for another run: one line naming every difference and the fix."""

@@ -80,11 +80,7 @@ def _saved_configs(folder: RunFolder) -> tuple[BiLMConfig, TrainingConfig, dict]
     """(model config, training config, the whole training.json) of a run folder's record (read once, by ``open``)."""
     if folder.record is None:
         raise RunError(f"{folder.path}: holds no run record (training.json); start a run there without --resume")
-    try:
-        model_config = BiLMConfig.from_dict(json.loads((folder.path / "config.json").read_text()))
-    except (OSError, json.JSONDecodeError, ValueError, TypeError) as error:
-        raise RunError(f"{folder.path}: not a readable elmokit run folder ({error})") from None
-    return model_config, folder.saved("training", TrainingConfig.from_dict), folder.record
+    return folder.saved("config.json", BiLMConfig.from_dict), folder.saved("training", TrainingConfig.from_dict), folder.record
 
 
 def read_run(run_dir: Path) -> tuple[BiLMConfig, TrainingConfig, dict]:
@@ -265,11 +261,7 @@ class _Run:
             self.record["init_from"] = _start_model_record(training.init_from)
         if folder.resuming:
             saved_model, saved_training, saved_record = _saved_configs(folder)
-            problems = []
-            if saved_model != self.model_config:
-                diff = {k: (v, getattr(self.model_config, k)) for k, v in vars(saved_model).items()
-                        if getattr(self.model_config, k) != v}
-                problems.append(f"model config differs {diff} (saved, requested)")
+            problems = resume_differences(saved_model, self.model_config, "model.")
             problems += resume_differences(saved_training, training, "training.")
             if saved_record.get("corpus", {}).get("patterns") != corpus:
                 problems.append(f"corpus: saved {saved_record.get('corpus', {}).get('patterns')}, requested {corpus}")

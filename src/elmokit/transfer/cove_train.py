@@ -42,7 +42,6 @@ from elmokit.engine.checkpoint import file_sha256, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
-    RunError,
     RunFolder,
     model_card,
     resumable,
@@ -496,15 +495,7 @@ def _open_run_folder(folder: RunFolder, config: CoveConfig, training: CoveTraini
               "torch": torch.__version__, "threads": torch.get_num_threads()}
     if folder.resuming:
         saved = folder.record
-        try:
-            saved_config = CoveConfig.from_dict(json.loads((folder.path / "config.json").read_text(encoding="utf-8")))
-        except (OSError, KeyError, ValueError, TypeError) as error:
-            raise RunError(f"{folder.path}: not a readable CoVe run folder ({error})") from None
-        problems = []
-        if saved_config != config:
-            problems.append("model config differs: " + ", ".join(
-                f"{k} saved {v!r}, requested {getattr(config, k)!r}" for k, v in vars(saved_config).items()
-                if getattr(config, k) != v))
+        problems = resume_differences(folder.saved("config.json", CoveConfig.from_dict), config, "model.")
         problems += resume_differences(folder.saved("training", CoveTrainingConfig.from_dict), training, "training.")
         for key in ("src", "tgt", "valid_src", "valid_tgt"):
             if saved["data"].get(key) != data.get(key):
