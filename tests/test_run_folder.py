@@ -99,10 +99,15 @@ def test_the_policy_case_by_case(tmp_path):
     assert RunFolder.open(tmp_path / "new", kind="train", resume=False).record is None
     with pytest.raises(RunError, match="no such run folder"):
         RunFolder.open(tmp_path / "new", kind="train", resume=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text("{}")  # a name a run writes too, but without a record it is the user's
+    with pytest.raises(RunError, match="holds no elmokit run .'config.json' is in it"):
+        RunFolder.open(mine, kind="train", resume=False)
     run = tmp_path / "run"
     run.mkdir()
     (run / "command.txt").write_text("")
-    assert not RunFolder.open(run, kind="train", resume=True).resuming  # our files only: start it
+    assert not RunFolder.open(run, kind="train", resume=True).resuming  # what a start leaves before its record
     (run / "training.json").write_text(json.dumps({"kind": "train", "training": {}}))
     unstarted = RunFolder.open(run, kind="train", resume=False)
     assert not unstarted.resuming and unstarted.record["kind"] == "train"  # no checkpoint: nothing to keep

@@ -50,9 +50,9 @@ __all__ = [
 ]
 
 RECORD_NAME = "training.json"
-# Names a run folder's commands write; a folder holding only these (and no record) is an unstarted run.
-RUN_NAMES = frozenset({"command.txt", RECORD_NAME, "config.json", "metrics.jsonl", "checkpoints", "model", "vocab.txt",
-                       "tokenizer", "target_vocab.txt", "bleu.json", ".elmokit-output.json"})
+# What a start can leave before it writes the record (``start`` writes the record before the other files):
+# a folder holding only these is a run that never started. Anything else without a record is the user's.
+UNSTARTED_NAMES = frozenset({"command.txt", "tokenizer"})
 
 
 class RunError(UserError):
@@ -260,7 +260,7 @@ class RunFolder:
             raise RunError(f"{path}: holds a run of `elmokit {_record_kind(record)}`, not of `elmokit {kind}`. "
                            "Fix: give another --out folder")
         if record is None:
-            foreign = sorted(name for name in os.listdir(path) if name not in RUN_NAMES and TEMP_MARK not in name)
+            foreign = sorted(name for name in os.listdir(path) if name not in UNSTARTED_NAMES and TEMP_MARK not in name)
             if foreign:
                 raise RunError(f"{path}: a non-empty folder that holds no elmokit run ({foreign[0]!r} is in it); "
                                "give a new or empty --out folder (nothing in it is touched)")
@@ -305,18 +305,18 @@ class RunFolder:
                            "--out folder")
 
     def start(self, command: str, world_size: int, record: dict | None = None, files: dict[str, str] | None = None) -> None:
-        """Main rank: create the folder, record the command, and for a new run write the record and ``files``
+        """Main rank: create the folder, record the command, and for a new run write the record, then ``files``
         (name -> text) beside it; a run started afresh drops the metrics of the earlier start."""
         self.path.mkdir(parents=True, exist_ok=True)
         record_command(self.path, command, world_size)
         if self.resuming:
             return
         (self.path / "metrics.jsonl").unlink(missing_ok=True)
+        if record is not None:
+            self.write_record(record)
         for name, text in (files or {}).items():
             with atomic_path(self.path / name) as tmp:
                 Path(tmp).write_text(text, encoding="utf-8")
-        if record is not None:
-            self.write_record(record)
 
     def write_record(self, record: dict) -> None:
         self.record = {"kind": self.kind, **record}

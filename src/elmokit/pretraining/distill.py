@@ -387,8 +387,8 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
             problems += corpus_differences(saved["corpus"]["files"], record["corpus"]["files"])
         folder.refuse_if(problems, DistillRunConfig)
         record = {**saved, "distill": config.to_dict()}  # the first record, the resumable fields as now requested
-    folder.start(command or " ".join(shlex.quote(a) for a in sys.argv), 1)
-    folder.write_record(record)
+        folder.write_record(record)
+    folder.start(command or " ".join(shlex.quote(a) for a in sys.argv), 1, record)
 
     context, device = DistributedContext(), torch.device("cpu")
     modules = {"student": student, **objective.modules()}

@@ -506,11 +506,10 @@ def _open_run_folder(folder: RunFolder, config: CoveConfig, training: CoveTraini
             if saved["data"].get(key, data[key]) != data[key]:
                 problems.append(f"{data[key[:3]]}: its content changed since the run read it")
         folder.refuse_if(problems, CoveTrainingConfig)
-        record = {**saved, "training": training.to_dict()}  # the first record, the resumable fields as now requested
-    folder.start(command or " ".join(sys.argv), 1, None, {
+        folder.write_record({**saved, "training": training.to_dict()})  # the resumable fields as now requested
+    folder.start(command or " ".join(sys.argv), 1, record, {
         "config.json": json.dumps(config.to_dict(), indent=2) + "\n",
         "target_vocab.txt": "".join(w + "\n" for w in target_words)})
-    folder.write_record(record)
 
 
 def _card_lines(config: CoveConfig, training: CoveTrainingConfig, data: dict, step: int, elapsed_s: float,
