@@ -38,7 +38,8 @@ from elmokit.io import atomic_directory
 logger = logging.getLogger(__name__)
 
 __all__ = ["CheckpointError", "checkpoint_dir", "list_checkpoints", "latest_checkpoint", "latest_good_checkpoint",
-           "file_sha256", "checkpoint_problem", "write_checkpoint", "read_checkpoint", "encode_rng", "decode_rng"]
+           "file_sha256", "checkpoint_problem", "write_checkpoint", "read_checkpoint", "encode_rng", "decode_rng",
+           "module_weights", "load_module_weights"]
 
 FORMAT_VERSION = 1
 CHECKSUMS_NAME = "SHA256SUMS"
@@ -140,6 +141,17 @@ def latest_good_checkpoint(root: Path, *, set_aside_bad: bool = True) -> Path | 
         raise CheckpointError(f"{root}: no usable checkpoint ({'; '.join(problems)}); the damaged ones were set aside "
                               "as *.damaged. Fix: train into a new --out folder")
     return None
+
+
+def module_weights(modules: dict[str, torch.nn.Module]) -> dict[str, torch.Tensor]:
+    """Every module's state as ``<prefix>.<name>``, copied (tied weights apart: safetensors shares nothing)."""
+    return {f"{prefix}.{k}": v.detach().clone() for prefix, module in modules.items() for k, v in module.state_dict().items()}
+
+
+def load_module_weights(modules: dict[str, torch.nn.Module], weights: dict[str, torch.Tensor], device=None) -> None:
+    """The inverse of :func:`module_weights` (each module takes the tensors under its prefix)."""
+    for prefix, module in modules.items():
+        module.load_state_dict({k[len(prefix) + 1:]: v.to(device) for k, v in weights.items() if k.startswith(prefix + ".")})
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict[str, torch.Tensor]:

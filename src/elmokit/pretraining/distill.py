@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from elmokit.configs import config_from_dict
-from elmokit.engine.checkpoint import file_sha256, write_checkpoint
+from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_weights, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
@@ -424,10 +424,8 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
 
     def save() -> None:
         state = {**steps.state(context, device), "position": dict(position), "masking_rng": mask_rng.bit_generator.state}
-        weights = {f"{prefix}.{k}": v.detach().clone() for prefix, module in modules.items()
-                   for k, v in module.state_dict().items()}  # tied weights apart: safetensors shares nothing
-        write_checkpoint(out_dir / "checkpoints", steps.step, model_state=weights, optimizer=optimizer, param_names=names,
-                         state=state, keep=config.keep_checkpoints)
+        write_checkpoint(out_dir / "checkpoints", steps.step, model_state=module_weights(modules), optimizer=optimizer,
+                         param_names=names, state=state, keep=config.keep_checkpoints)
 
     steps = StepLoop(batches=batches(), step_fn=step_fn, save=save, metrics=metrics, checkpoints=out_dir / "checkpoints",
                      max_steps=config.max_steps, epochs=None, log_every=config.log_every,
@@ -436,8 +434,7 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
     found = steps.resume(optimizer, names, context, device) if folder.resuming else None
     if found is not None:
         saved_weights, state = found
-        for prefix, module in modules.items():
-            module.load_state_dict({k[len(prefix) + 1:]: v for k, v in saved_weights.items() if k.startswith(prefix + ".")})
+        load_module_weights(modules, saved_weights)
         position.update(state["position"])
         mask_rng.bit_generator.state = state["masking_rng"]
     truncate_metrics(metrics.path, steps.step)

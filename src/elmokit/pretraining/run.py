@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from elmokit.configs import config_from_dict
-from elmokit.engine.checkpoint import file_sha256, write_checkpoint
+from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_weights, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
@@ -402,9 +402,7 @@ class _PretrainRun:
         if found is None:
             return
         weights, state = found
-        for prefix, module in [("model", self.model), *self.modules.items()]:
-            part = {k[len(prefix) + 1:]: v.to(self.device) for k, v in weights.items() if k.startswith(prefix + ".")}
-            module.load_state_dict(part)
+        load_module_weights({"model": self.model, **self.modules}, weights, self.device)
         self.position = Position.from_dict(state["position"])
         self.mask_rng.bit_generator.state = state["masking_rng"]
         self.cpu_s = float(state.get("cpu_s", 0.0))
@@ -545,13 +543,6 @@ class _PretrainRun:
 
     # ---- save and export
 
-    def _weights(self) -> dict[str, torch.Tensor]:
-        out = {}
-        for prefix, module in [("model", self.model), *self.modules.items()]:
-            for name, value in module.state_dict().items():
-                out[f"{prefix}.{name}"] = value.detach().clone()  # tied weights apart: safetensors shares nothing
-        return out
-
     def _objective_tensors(self) -> dict[str, torch.Tensor]:
         """Every rank's tensor state of the objective (XLNet's memory) as ``objective.rank{r}.{name}``; every
         rank must call it (it gathers). Ranks hold the same names and shapes: they read one segment at a time."""
@@ -582,9 +573,9 @@ class _PretrainRun:
                               "decay_steps": self.config.decay_steps}}
         objective_tensors = self._objective_tensors()
         if context.is_main:
-            write_checkpoint(self.checkpoints, steps.step, model_state={**self._weights(), **objective_tensors},
-                             optimizer=self.optimizer, param_names=self.names, state=state,
-                             keep=self.config.keep_checkpoints)
+            weights = {**module_weights({"model": self.model, **self.modules}), **objective_tensors}
+            write_checkpoint(self.checkpoints, steps.step, model_state=weights, optimizer=self.optimizer,
+                             param_names=self.names, state=state, keep=self.config.keep_checkpoints)
         context.barrier()
 
     def export(self) -> PretrainResult:
