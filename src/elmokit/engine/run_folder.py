@@ -44,7 +44,7 @@ from elmokit.io import TEMP_MARK, atomic_path
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "RunError", "RunFolder", "resumable", "resumable_fields", "resume_differences", "corpus_files_record",
+    "RunError", "RunFolder", "Position", "resumable", "resumable_fields", "resume_differences", "corpus_files_record",
     "record_command", "read_commands", "truncate_metrics", "last_logged_loss", "read_metrics", "MetricsLog",
     "model_card", "write_json",
 ]
@@ -91,6 +91,26 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# ---- where a data stream stands (saved in each checkpoint) ------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where a sharded data stream stands: the next item is number ``offset`` of the ``shard``-th shard
+    (in the epoch's shuffled order) of epoch ``epoch``. Saved in every checkpoint."""
+
+    epoch: int = 0
+    shard: int = 0
+    offset: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Position:
+        return cls(**{k: int(v) for k, v in data.items()})
 
 
 # ---- the fields a resume may change: declared on the config's fields ------------------------------

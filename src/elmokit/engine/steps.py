@@ -3,7 +3,7 @@ the pretraining objectives (``elmokit pretrain``), distillation and CoVe's trans
 its batches, a step function (forward, backward, clip, update when finite) and a save; the loop counts
 steps and tokens, logs metrics and progress with tokens/s and ETA, keeps the one non-finite policy,
 checkpoints every ``checkpoint_every`` steps and stops at a step or compute budget. Also here: every
-rank's RNG states for exact resume and the data stream's :class:`Position`. Checkpoints are
+rank's RNG states for exact resume. Checkpoints are
 ``checkpoint.py``'s (atomic folders with SHA256SUMS, set aside when damaged), data parallelism is
 ``distributed.py``'s, the run folder ``run_folder.py``'s.
 
@@ -20,7 +20,6 @@ A resumed run first drops the lines past its checkpoint's step, so the file read
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
 import math
@@ -39,30 +38,13 @@ from elmokit.engine.run_folder import MetricsLog, RunError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NonFiniteError", "Position", "RunResult", "progress_bar", "gather_rng_states", "restore_rng_states",
+__all__ = ["NonFiniteError", "RunResult", "progress_bar", "gather_rng_states", "restore_rng_states",
            "nonfinite_error",
            "StepOutcome", "StepLoop"]
 
 
 class NonFiniteError(RunError):
     """A step's loss or gradient was NaN or infinite (more often than ``skip_nonfinite_steps``)."""
-
-
-@dataclass(frozen=True, order=True)
-class Position:
-    """Where a sharded data stream stands: the next item is number ``offset`` of the ``shard``-th shard
-    (in the epoch's shuffled order) of epoch ``epoch``. Saved in every checkpoint."""
-
-    epoch: int = 0
-    shard: int = 0
-    offset: int = 0
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Position:
-        return cls(**{k: int(v) for k, v in data.items()})
 
 
 def progress_bar(enabled: bool, total: int | None, initial: int, desc: str = "training"):

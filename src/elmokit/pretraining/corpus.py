@@ -23,7 +23,7 @@ longer than ``max_tokens`` are cut into windows, so no example is longer than th
 The stream (``ExampleStream``): epoch ``e`` visits the shards in an order drawn from ``(seed, e)``;
 a shard's examples are built with a generator seeded from ``(seed, e, shard)`` (so NSP pairs are
 redrawn each epoch, like BERT's ``dupe_factor``) and emitted in a permutation drawn from the same
-seed. An ``engine.steps.Position`` ``(epoch, shard, offset)`` says where it stands; resuming rebuilds
+seed. An ``engine.run_folder.Position`` ``(epoch, shard, offset)`` says where it stands; resuming rebuilds
 that shard and skips ``offset`` examples, so nothing but the position is saved. A shard's documents
 are held in memory while its examples are built: split a large corpus into shards (files).
 """
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from elmokit.engine.steps import Position
+from elmokit.engine.run_folder import Position
 from elmokit.pretraining.masking import nsp_pairs, pack_full_sentences
 from elmokit.pretraining.tokenizers import encode_words
 from elmokit.text.corpus import CorpusError, Tokenizer, expand_patterns, open_text

@@ -62,6 +62,7 @@ from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_w
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
+    Position,
     RunError,
     RunFolder,
     corpus_differences,
@@ -73,7 +74,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
 )
 from elmokit.engine.schedules import warmup_linear_decay
-from elmokit.engine.steps import Position, RunResult, StepLoop, StepOutcome
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids

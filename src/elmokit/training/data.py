@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmokit.engine.steps import Position
+from elmokit.engine.run_folder import Position
 from elmokit.text.corpus import Corpus, CorpusError, Tokenizer, expand_patterns
 
 NO_SENTENCES = "no sentences: the files are empty or hold blank lines only; fix: give a corpus with text"

@@ -33,6 +33,7 @@ from elmokit.engine.checkpoint import file_sha256, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
+    Position,
     RunError,
     RunFolder,
     corpus_differences,
@@ -44,7 +45,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
     write_json,
 )
-from elmokit.engine.steps import NonFiniteError, Position, RunResult, StepLoop, StepOutcome
+from elmokit.engine.steps import NonFiniteError, RunResult, StepLoop, StepOutcome
 from elmokit.lm import Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 from elmokit.training.config import SCHEDULE_FIELDS, TrainingConfig
