@@ -37,13 +37,9 @@ def tokenizer_changes_from_args(args: argparse.Namespace) -> dict:
 
 def tokenizer_spec_from_args(args: argparse.Namespace, fallback: dict | None = None) -> dict:
     """The recorded form ({"kind": ...}) of the tokenizer the flags ask for; ``fallback`` when none given."""
-    changes = tokenizer_changes_from_args(args)
-    base = dict(fallback or {"kind": "whitespace", "lowercase": False})
-    if not changes:
-        return base
-    if changes.get("kind", base.get("kind")) != base.get("kind"):
-        base = {"lowercase": base.get("lowercase", False)}
-    return {**base, **changes}
+    from elmokit.training.run_config import merge_tokenizer_spec
+
+    return merge_tokenizer_spec(tokenizer_changes_from_args(args), fallback)
 
 
 def tokenizer_from_args(args: argparse.Namespace, fallback: dict | None = None):

@@ -103,7 +103,9 @@ def _split_sets(sets: dict[str, Any]) -> tuple[dict, dict]:
     return ({k: v for k, v in sets.items() if k in model_fields}, {k: v for k, v in sets.items() if k in training_fields})
 
 
-def _tokenizer(requested: dict | None, saved: dict | None) -> dict:
+def merge_tokenizer_spec(requested: dict | None, saved: dict | None) -> dict:
+    """The tokenizer fields ``requested`` laid over ``saved`` (or the default whitespace spec); another kind
+    starts from that kind's own defaults."""
     base = dict(saved or {"kind": "whitespace", "lowercase": False})
     if not requested:
         return base
@@ -160,7 +162,7 @@ def resolve_run_config(
         values["init_from"] = os.fspath(init_from)
         values.setdefault("tokenizer", start["tokenizer"])
     try:
-        values["tokenizer"] = _tokenizer(tokenizer, values.get("tokenizer"))
+        values["tokenizer"] = merge_tokenizer_spec(tokenizer, values.get("tokenizer"))
         resolved = TrainingConfig(**values)
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from None

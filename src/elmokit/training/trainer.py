@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 RUN_FORMAT_VERSION = 1
 
 
-__all__ = ["RunError", "NonFiniteError", "TrainResult", "read_run", "train", "read_metrics"]
+__all__ = ["RunError", "NonFiniteError", "TrainResult", "train", "read_metrics"]
 
 
 TrainResult = RunResult
@@ -82,11 +82,6 @@ def _saved_configs(folder: RunFolder) -> tuple[BiLMConfig, TrainingConfig, dict]
     if folder.record is None:
         raise RunError(f"{folder.path}: holds no run record (training.json); start a run there without --resume")
     return folder.saved("config.json", BiLMConfig.from_dict), folder.saved("training", TrainingConfig.from_dict), folder.record
-
-
-def read_run(run_dir: Path) -> tuple[BiLMConfig, TrainingConfig, dict]:
-    """(model config, training config, the whole training.json) of an existing run folder."""
-    return _saved_configs(RunFolder.open(run_dir, kind=RUN_KIND, resume=True))
 
 
 def _card_lines(model_config: BiLMConfig, training: TrainingConfig, record: dict, vocabulary: Vocabulary,
