@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["NonFiniteError", "RunResult", "progress_bar", "gather_rng_states", "restore_rng_states",
            "nonfinite_error",
-           "StepOutcome", "StepLoop"]
+           "StepOutcome", "StepLoop", "update_if_finite", "planned_batches"]
 
 
 class NonFiniteError(RunError):
@@ -132,6 +132,29 @@ class StepOutcome:
 
 
 # ---- the loop ---------------------------------------------------------------------------------------
+
+
+def update_if_finite(optimizer: torch.optim.Optimizer, parameters, clip_norm: float, loss: float, tokens: int,
+                     parts: dict[str, float] | None = None, extra: dict[str, Any] | None = None) -> StepOutcome:
+    """Clip the global gradient norm and step, unless the loss or the norm is not finite: then the gradients
+    are dropped and the weights stay (the step loop then stops or skips: the module docstring)."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, clip_norm))
+    outcome = StepOutcome(loss, grad_norm, tokens, parts or {}, extra or {})
+    if outcome.finite:
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    return outcome
+
+
+def planned_batches(plan: Callable[[int], list], position: dict[str, int]) -> Iterator[tuple[Any, int]]:
+    """``(batch, epoch)`` forever, each epoch's batches ``plan(epoch)`` (a function of the epoch alone, so a
+    resume rebuilds it), from ``position`` (``{"epoch", "batch"}``; the step function counts ``batch`` on)."""
+    while True:
+        batches = plan(position["epoch"])
+        while position["batch"] < len(batches):
+            yield batches[position["batch"]], position["epoch"]
+        position["epoch"], position["batch"] = position["epoch"] + 1, 0
 
 
 @dataclass

@@ -69,7 +69,7 @@ from elmokit.engine.run_folder import (
     resume_differences,
     truncate_metrics,
 )
-from elmokit.engine.steps import RunResult, StepLoop, StepOutcome
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, mask_tokens
@@ -400,13 +400,9 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
     position = {"epoch": 0, "batch": 0}
     metrics = MetricsLog(out_dir / "metrics.jsonl")
 
-    def batches():
-        while True:
-            order = np.random.default_rng([config.seed, position["epoch"]]).permutation(len(examples))
-            chunks = [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
-            while position["batch"] < len(chunks):
-                yield [examples[i] for i in chunks[position["batch"]]], position["epoch"]
-            position["epoch"], position["batch"] = position["epoch"] + 1, 0
+    def plan(epoch: int) -> list[list[dict]]:  # the epoch's order, a function of (seed, epoch)
+        order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
+        return [[examples[i] for i in order[k : k + config.batch_size]] for k in range(0, len(order), config.batch_size)]
 
     def step_fn(chunk: list[dict], step: int) -> StepOutcome:
         position["batch"] += 1
@@ -414,21 +410,16 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
         optimizer.zero_grad(set_to_none=True)
         out = objective.loss(student, batch)
         out.loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, config.clip_norm))
-        outcome = StepOutcome(float(out.loss.detach()), grad_norm, int(batch["attention_mask"].sum()), dict(out.parts))
-        if outcome.finite:
-            optimizer.step()
-        else:
-            optimizer.zero_grad(set_to_none=True)
-        return outcome
+        return update_if_finite(optimizer, parameters, config.clip_norm, float(out.loss.detach()),
+                                int(batch["attention_mask"].sum()), dict(out.parts))
 
     def save() -> None:
         state = {**steps.state(context, device), "position": dict(position), "masking_rng": mask_rng.bit_generator.state}
         write_checkpoint(out_dir / "checkpoints", steps.step, model_state=module_weights(modules), optimizer=optimizer,
                          param_names=names, state=state, keep=config.keep_checkpoints)
 
-    steps = StepLoop(batches=batches(), step_fn=step_fn, save=save, metrics=metrics, checkpoints=out_dir / "checkpoints",
-                     max_steps=config.max_steps, epochs=None, log_every=config.log_every,
+    steps = StepLoop(batches=planned_batches(plan, position), step_fn=step_fn, save=save, metrics=metrics,
+                     checkpoints=out_dir / "checkpoints", max_steps=config.max_steps, epochs=None, log_every=config.log_every,
                      checkpoint_every=config.checkpoint_every, skip_nonfinite_steps=config.skip_nonfinite_steps,
                      fix=f"lower --lr (now {config.lr})", progress=progress, desc="distilling")
     found = steps.resume(optimizer, names, context, device) if folder.resuming else None

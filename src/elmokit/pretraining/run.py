@@ -74,7 +74,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
 )
 from elmokit.engine.schedules import warmup_linear_decay
-from elmokit.engine.steps import RunResult, StepLoop, StepOutcome
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, update_if_finite
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
@@ -512,14 +512,9 @@ class _PretrainRun:
                 n = parameter.numel()
                 parameter.grad.copy_(flat[offset:offset + n].view_as(parameter))
                 offset += n
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.config.clip_norm))
         targets = int(n_global) if context.enabled else int(out.n_targets)
-        outcome = StepOutcome(loss, grad_norm, tokens, parts, {"targets": targets})
-        if outcome.finite:
-            self.optimizer.step()
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
-        return outcome
+        return update_if_finite(self.optimizer, self.parameters, self.config.clip_norm, loss, tokens, parts,
+                                {"targets": targets})
 
     def _count_flops(self, part: dict, tokens: int) -> None:
         """FLOPs of one forward + backward on the first global batch (torch.utils.flop_counter), into

@@ -48,7 +48,7 @@ from elmokit.engine.run_folder import (
     resume_differences,
     truncate_metrics,
 )
-from elmokit.engine.steps import RunResult, StepLoop, StepOutcome
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
 from elmokit.io import atomic_path
 from elmokit.text.corpus import Tokenizer, open_text
 from elmokit.transfer.cove import (
@@ -388,27 +388,15 @@ def train_cove(
     metrics = MetricsLog(run_dir / "metrics.jsonl")
     lengths = [len(s) + len(t) for s, t in zip(train_pairs.source, train_pairs.target)]
 
-    def plan_batches():
-        while True:
-            plan = epoch_batches(lengths, training.batch_size, seed=training.seed, epoch=position["epoch"])
-            while position["batch"] < len(plan):
-                yield plan[position["batch"]], position["epoch"]
-            position["epoch"], position["batch"] = position["epoch"] + 1, 0
-
     def step_fn(indices: list[int], step: int) -> StepOutcome:
         batch = make_batch(train_pairs, indices)
         position["batch"] += 1
         total, n_tokens = model.loss(**batch)
         optimizer.zero_grad(set_to_none=True)
         (total / n_tokens).backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm))
         loss = total.item() / n_tokens
-        outcome = StepOutcome(loss, grad_norm, int(n_tokens), {"ppl": math.exp(min(loss, 700))})
-        if outcome.finite:
-            optimizer.step()
-        else:
-            optimizer.zero_grad(set_to_none=True)
-        return outcome
+        return update_if_finite(optimizer, model.parameters(), training.clip_norm, loss, int(n_tokens),
+                                {"ppl": math.exp(min(loss, 700))})
 
     def validate(step: int) -> None:
         if valid_pairs is not None and step % training.valid_every == 0:
@@ -421,8 +409,11 @@ def train_cove(
                          state={**steps.state(context, device), "position": dict(position)},
                          keep=training.keep_checkpoints)
 
-    steps = StepLoop(batches=plan_batches(), step_fn=step_fn, save=save, metrics=metrics, checkpoints=checkpoints,
-                     max_steps=training.max_steps, epochs=training.epochs, log_every=training.log_every,
+    def plan(epoch: int) -> list[list[int]]:
+        return epoch_batches(lengths, training.batch_size, seed=training.seed, epoch=epoch)
+
+    steps = StepLoop(batches=planned_batches(plan, position), step_fn=step_fn, save=save, metrics=metrics,
+                     checkpoints=checkpoints, max_steps=training.max_steps, epochs=training.epochs, log_every=training.log_every,
                      checkpoint_every=training.checkpoint_every, skip_nonfinite_steps=training.skip_nonfinite_steps,
                      fix=f"lower --lr (now {training.lr})", progress=progress, after_step=validate)
     found = steps.resume(optimizer, names, context, device) if folder.resuming else None
