@@ -45,8 +45,8 @@ def main() -> int:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    from elmokit.lm import Candidates, sampled_softmax_nll
     from elmokit.nn import functional, lstm_bptt
-    from elmokit.training.lm import Candidates, sampled_softmax_nll
 
     g = torch.Generator().manual_seed(0)
     result: dict = {"threads": 1, "torch": torch.__version__}

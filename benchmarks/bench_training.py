@@ -11,7 +11,7 @@ the model from the same initial weights, each step's batch run on one then the o
 alternating), so that the load of other processes falls on both alike. ``--profile`` adds
 torch.profiler's top operators (self CPU time) of one step of each path. ``--softmax-update both``
 compares the same way the two Adagrad updates of the sampled softmax: "rows" (what a one-process
-`elmokit train` does: only the rows a step touches, training/lm.py SoftmaxRows) and "dense" (the
+`elmokit train` does: only the rows a step touches, lm.py SoftmaxRows) and "dense" (the
 whole (V, P) table, as DDP ranks do).
 
 A step is what `elmokit train` does: char ids -> biLM (forward + backward LM) -> sampled (or
@@ -153,8 +153,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from elmokit.bilm import PRESETS
+    from elmokit.lm import Candidates, LanguageModel, init_like_bilm_tf
     from elmokit.text.chars import batch_to_ids
-    from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
     from elmokit.training.trainer import _differentiate_and_update
 
     torch.set_num_threads(args.threads)

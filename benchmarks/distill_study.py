@@ -60,7 +60,7 @@ def child_cpu_seconds() -> float:
 
 def distil(teacher: Path, out: Path, corpus: list[str], args, extra: list[str]) -> dict:
     command = ["elmokit", "distill", "--teacher", os.path.relpath(teacher, REPO), "--out", os.path.relpath(out, REPO),
-               *[a for path in corpus for a in ("--corpus", path)], "--steps", str(args.steps), "--batch-size", "32",
+               *[a for path in corpus for a in ("--corpus", path)], "--max-steps", str(args.steps), "--batch-size", "32",
                "--max-tokens", "128", "--seed", "0", "--threads", "1", *extra]
     log("$", " ".join(command))
     env = {**os.environ, "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, extra in STUDENTS.items():
             out = REPO / args.work_dir / name.replace(" ", "_")
             record = distil(teacher, out, corpus, args, extra)
-            record["probe"] = probe(out, args)
+            record["probe"] = probe(out / "model", args)  # the run folder keeps the student in model/
             result["students"][name] = record
             log(f"{name}: best POS {best(record['probe']):.1f} (teacher {best(result['teacher']['probe']):.1f})")
         with atomic_path(OUT) as tmp:

@@ -52,9 +52,9 @@ def main() -> int:
     import torch
 
     from elmokit.evaluation.perplexity import perplexity
+    from elmokit.lm import LanguageModel
     from elmokit.text.corpus import Corpus, Tokenizer
     from elmokit.training.data import make_tokenizer
-    from elmokit.training.lm import LanguageModel
 
     torch.set_num_threads(args.threads)
     model, vocabulary, info = LanguageModel.load(args.model)

@@ -155,9 +155,9 @@ class Timed:
     """One variant's `elmokit pretrain` run object, stepped a few steps at a time."""
 
     def __init__(self, variant: Variant, preset: str, corpus: Path, tokenizers: dict[str, Path], args, run_dir: Path):
+        from elmokit.engine.distributed import DistributedContext
         from elmokit.pretraining.registry import OBJECTIVES
         from elmokit.pretraining.run import PretrainConfig, _PretrainRun
-        from elmokit.training.distributed import DistributedContext
 
         self.variant = variant
         spec = OBJECTIVES[variant.objective]

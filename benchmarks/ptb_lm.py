@@ -94,11 +94,11 @@ def main() -> int:
 
     from elmokit.bilm import BiLMConfig
     from elmokit.evaluation.perplexity import perplexity
+    from elmokit.lm import LanguageModel
     from elmokit.text.corpus import Corpus
+    from elmokit.text.vocab import build_vocabulary, count_tokens
     from elmokit.training.config import TrainingConfig
-    from elmokit.training.lm import LanguageModel
     from elmokit.training.trainer import read_metrics, train
-    from elmokit.training.vocab import build_vocabulary, count_tokens
 
     ptb = SHARED / "data" / "ptb_mikolov"
     if not (ptb / "ptb.train.txt").exists():

@@ -49,7 +49,7 @@ import torch
 
 from elmokit.evaluation.sst import read_sst, sst_dir, sst_task
 from elmokit.evaluation.trec import read_trec, validation_split
-from elmokit.training.lm import LanguageModel, init_like_bilm_tf
+from elmokit.lm import LanguageModel, init_like_bilm_tf
 from elmokit.transfer.ulmfit import ClassifierOptions, LMFineTuneOptions, ULMFiTClassifier, language_model_loss, train_ulmfit
 
 REPO = Path(__file__).resolve().parents[1]

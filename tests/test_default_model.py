@@ -14,9 +14,9 @@ from testkit import need_shared
 import elmokit
 from elmokit import Embedder
 from elmokit.evaluation.perplexity import perplexity
+from elmokit.lm import LanguageModel
 from elmokit.text.corpus import Corpus
 from elmokit.training.data import make_tokenizer
-from elmokit.training.lm import LanguageModel
 
 DEFAULT = Path(elmokit.__file__).parent / "models" / "default"
 

@@ -33,14 +33,14 @@ SRC = Path(elmokit.__file__).resolve().parent
 # A module belongs to the longest unit that prefixes it ("training.lm" before "training").
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("errors", "io", "configs", "data_paths", "text", "nn"),
-    # the biLM, its config, its LM head (which moves beside the biLM, out of training/), and the LM's perplexity:
-    # a measure the trainer validates with, reading only the model and text (the rest of evaluation/ sits high)
-    "model": ("bilm_config", "bilm", "lm", "training.lm", "evaluation.perplexity"),
+    # the biLM, its config, its LM head beside it, and the LM's perplexity: a measure the trainer validates
+    # with, reading only the model and text (the rest of evaluation/ sits high)
+    "model": ("bilm_config", "bilm", "evaluation.perplexity"),
     # native/original weight files, embedding HDF5, word2vec text, and a model folder's warm state
     "formats": ("formats", "warm_state"),
     # the Representation protocol and its registry, what users hold (Embedder and Elmo, both of which read
     # files through formats), the public API, feature caches, static tables
-    "representations": ("", "representation", "elmo", "features", "static"),
+    "representations": ("", "lm", "representation", "elmo", "features", "static"),
     "engine": ("engine",),
     "tasks": ("tasks",),
     "recipes": ("training", "pretraining", "transfer"),
@@ -63,28 +63,7 @@ LATE_OK = {
 }
 
 # (importing module, imported module) -> why it is still allowed. Shrinks to empty.
-ALLOWED: dict[tuple[str, str], str] = {
-    # the LM head still lives in training/ and reads its weight files through formats; it moves beside the biLM
-    ("elmokit.training.lm", "elmokit.formats"): "LM head moves out of training/",
-    ("elmokit.training.lm", "elmokit.formats.native"): "LM head moves out of training/",
-    ("elmokit.training.lm", "elmokit.training.vocab"): "LM head moves out of training/",
-    ("elmokit.lm", "elmokit.formats"): "LM head: save/load read formats (late)",
-    ("elmokit.lm", "elmokit.formats.native"): "LM head: save/load read formats (late)",
-    ("elmokit.lm", "elmokit.training.vocab"): "LM head: the vocabulary still lives in the biLM recipe",
-    ("elmokit.training.lm", "safetensors"): "LM head moves out of training/",
-    ("elmokit.lm", "safetensors"): "LM head: save/load (late)",
-    # the step loop, checkpoints and DDP still live in training/; they move to engine/
-    ("elmokit.training.loop", "tqdm"): "moves to engine/",
-    ("elmokit.engine.loop", "tqdm"): "moved from training/",
-    ("elmokit.training.checkpoint", "safetensors"): "moves to engine/",
-    ("elmokit.engine.checkpoint", "safetensors"): "moved from training/",
-    ("elmokit.pretraining.run", "elmokit.training.checkpoint"): "moves to engine/",
-    ("elmokit.pretraining.run", "elmokit.training.distributed"): "moves to engine/",
-    ("elmokit.pretraining.run", "elmokit.training.loop"): "moves to engine/",
-    ("elmokit.transfer.cove_train", "elmokit.training.checkpoint"): "moves to engine/",
-    ("elmokit.transfer.cove_train", "elmokit.training.loop"): "moves to engine/",
-    ("elmokit.transfer.cove_train", "elmokit.training.trainer"): "RunError: moves to engine/",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 # --------------------------------------------------------------------------- the checker
@@ -227,25 +206,18 @@ def test_every_import_in_the_package_keeps_the_layers():
     assert violations(sources) == []
 
 
-def test_the_allow_list_has_no_stale_entry():
-    """An allowed import that no longer exists leaves the list. Entries naming an elmokit module absent from this
-    checkout (one that moves in a branch not merged yet) are kept until the move lands."""
-    sources = package_sources()
-    known = set(sources)
-    present = {(m, i) for m, (text, pkg) in sources.items() for i, _, _ in imports_of(m, text, pkg, known)}
-    present |= {(m, i.partition(".")[0]) for m, i in present}
-    here = [(m, i) for m, i in ALLOWED if m in sources and (i in sources or not i.startswith("elmokit"))]
-    assert len(here) >= 8, "the check would pass vacuously"
-    assert [entry for entry in here if entry not in present] == []
+def test_the_allow_lists_are_empty():
+    """Every exception the layering started with has been fixed; a new one is a violation, not an entry."""
+    assert ALLOWED == {}
+    assert PRIVATE_ALLOWED == {}
 
 
 def test_every_unit_in_the_table_exists_or_is_expected():
-    """A typo in LAYERS would silently exempt nothing; each unit names a module or folder (the LM head's two homes
-    and the engine may be absent while they move)."""
+    """A typo in LAYERS would silently exempt nothing; each unit names a module or folder."""
     sources = package_sources()
     missing = [u for units in LAYERS.values() for u in units
                if u and not any(m == f"elmokit.{u}" or m.startswith(f"elmokit.{u}.") for m in sources)]
-    assert set(missing) <= {"lm", "training.lm", "engine"}
+    assert missing == []
 
 
 # (importing module, private name) -> why a module still imports another module's private name. Shrinks to empty.
@@ -351,10 +323,10 @@ def test_the_cycle_finder_against_hand_drawn_graphs():
     assert cycles({"a": {"b"}, "b": {"a"}, "x": {"y"}, "y": {"x", "a"}}) == [["a", "b", "a"], ["x", "y", "x"]]
 
 
-@pytest.mark.parametrize("module", ["elmokit.bilm", "elmokit.training.lm", "elmokit.formats.native", "elmokit.cli.tag",
+@pytest.mark.parametrize("module", ["elmokit.bilm", "elmokit.lm", "elmokit.formats.native", "elmokit.cli.tag",
                                     "elmokit.pretraining.representation", "elmokit"])
 def test_the_layer_table_places_known_modules(module):
-    expected = {"elmokit.bilm": "model", "elmokit.training.lm": "model", "elmokit.formats.native": "formats",
+    expected = {"elmokit.bilm": "model", "elmokit.lm": "representations", "elmokit.formats.native": "formats",
                 "elmokit.cli.tag": "apps", "elmokit.pretraining.representation": "recipes", "elmokit": "representations"}
     assert list(LAYERS)[unit_of(module)[0]] == expected[module]
 

@@ -14,15 +14,15 @@ from safetensors.torch import load_file, save_file
 from train_helpers import GOLDEN_MODEL, GOLDEN_TRAINING, TINY_CORPUS, one_thread, run_tiny, tiny_vocab
 
 from elmokit.cli.main import main
-from elmokit.text.corpus import CorpusError
-from elmokit.training import trainer
-from elmokit.training.checkpoint import (
+from elmokit.engine.checkpoint import (
     CheckpointError,
     latest_good_checkpoint,
     list_checkpoints,
     verify_checksums,
     write_checkpoint,
 )
+from elmokit.text.corpus import CorpusError
+from elmokit.training import trainer
 from elmokit.training.data import SentenceStream, batches
 from elmokit.training.run_config import ConfigError, resolve_run_config
 from elmokit.training.trainer import NonFiniteError, RunError, read_metrics
@@ -135,7 +135,7 @@ def nan_at_call(original, at):
 
 
 def test_skipped_non_finite_steps_are_counted_and_one_too_many_stops(tmp_path, monkeypatch):
-    from elmokit.training.lm import LanguageModel
+    from elmokit.lm import LanguageModel
 
     original = LanguageModel.forward
     monkeypatch.setattr(LanguageModel, "forward", nan_at_call(original, at=3))

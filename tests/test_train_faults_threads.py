@@ -3,7 +3,7 @@
 The cause this guards against: ``weight[ids]`` differentiates through ``index_put_(accumulate=True)``,
 which adds the gradient rows of repeated ids with atomic float additions in thread-arrival order
 once there are two or more threads and 32768+ gradient elements (the sampled softmax's target rows
-on a realistic batch). ``elmokit.training.lm.rows`` gathers with ``index_select`` instead.
+on a realistic batch). ``elmokit.lm.rows`` gathers with ``index_select`` instead.
 """
 
 import random
@@ -13,11 +13,11 @@ import torch
 from safetensors.torch import load_file
 
 from elmokit.bilm import PRESETS
+from elmokit.lm import rows
 from elmokit.text.corpus import Corpus
+from elmokit.text.vocab import build_vocabulary, count_tokens
 from elmokit.training.config import TrainingConfig
-from elmokit.training.lm import rows
 from elmokit.training.trainer import train
-from elmokit.training.vocab import build_vocabulary, count_tokens
 
 
 def threads(n):

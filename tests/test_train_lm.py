@@ -9,9 +9,9 @@ import torch
 
 from elmokit.bilm import PRESETS, BiLM
 from elmokit.evaluation.perplexity import perplexity
+from elmokit.lm import Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import batch_to_ids
-from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
-from elmokit.training.vocab import Vocabulary
+from elmokit.text.vocab import Vocabulary
 
 # Oddly sized so that a swapped axis fails: P = 5, D = 7, 3 sentences of 4, 1 and 2 tokens.
 CONFIG = PRESETS["tiny"].replace(lstm_dim=7, projection_dim=5, filters=((1, 3), (2, 4)))

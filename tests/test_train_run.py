@@ -16,12 +16,13 @@ from safetensors.torch import load_file
 from train_helpers import GOLDEN_CURVE, GOLDEN_TRAINING, TINY_CORPUS, run_tiny, tiny_vocab
 
 from elmokit.cli.main import main
+from elmokit.engine.run_folder import resumable_fields
 from elmokit.evaluation.perplexity import perplexity
 from elmokit.formats import load_bilm, load_original
+from elmokit.lm import LanguageModel
 from elmokit.text.chars import batch_to_ids
 from elmokit.text.corpus import Corpus
-from elmokit.training.config import RESUMABLE_CHANGES
-from elmokit.training.lm import LanguageModel
+from elmokit.training.config import TrainingConfig
 from elmokit.training.trainer import read_metrics
 
 REPO = TINY_CORPUS.parents[2]
@@ -162,7 +163,7 @@ def test_cli_errors_name_the_problem_and_the_fix(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "training.lr: saved 0.2, requested 0.1" in err
     may_change = err.split("(only ")[1].split(" may change)")[0].split(", ")
-    assert set(may_change) == RESUMABLE_CHANGES and "max_steps" in may_change and "lr" not in may_change
+    assert set(may_change) == resumable_fields(TrainingConfig) and "max_steps" in may_change and "lr" not in may_change
     assert main(base + ["--out", str(tmp_path / "s"), "--max-steps", "2", "--set", "lstm_size=3"]) == 2
     assert "unknown field(s) ['lstm_size']" in capsys.readouterr().err
     assert main(base + ["--out", str(tmp_path / "t")]) == 2

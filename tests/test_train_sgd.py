@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import GOLDEN_MODEL, TINY_CORPUS, run_tiny
 
+from elmokit.engine.run_folder import RunFolder
 from elmokit.training.config import TrainingConfig
-from elmokit.training.trainer import read_metrics, read_run
+from elmokit.training.trainer import read_metrics
 
 PLATEAU = dict(optimizer="sgd", lr=1.0, clip_norm=5.0, valid_corpus=[str(TINY_CORPUS)], valid_every=2,
                valid_sentences=8, lr_decay=0.5, log_every=1, checkpoint_every=5)
@@ -101,5 +102,6 @@ def test_the_plateau_rule_switched_on_at_resume_acts_from_the_next_validation(tm
     # up to the first decay the updates are the constant run's, bit for bit
     a, b = checkpoint_weights(tmp_path / "constant", 8), checkpoint_weights(tmp_path / "switched", 8)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    _, saved, _ = read_run(tmp_path / "switched")  # the record now holds the rule, and stays readable
+    saved = RunFolder.open(tmp_path / "switched", kind="train", resume=True).saved("training", TrainingConfig.from_dict)
+    # the record now holds the rule, and stays readable
     assert (saved.lr_decay, saved.lr_decay_min_gain, saved.valid_every) == (0.5, 1e9, 2)

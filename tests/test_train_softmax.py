@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit.training.lm import (
+from elmokit.lm import (
     Candidates,
     full_softmax_nll,
     log_expected_count,
@@ -134,7 +134,7 @@ def test_candidates_are_the_same_for_the_same_seed_and_step():
 @pytest.mark.parametrize("sampled", [False, True])
 def test_chunked_gradients_match_finite_differences(monkeypatch, sampled):
     """The hand-written backward (row chunks recomputed) against torch's float64 gradcheck."""
-    import elmokit.training.lm as lm
+    import elmokit.lm as lm
 
     monkeypatch.setattr(lm, "CHUNK_BYTES", 4 * 7 * 2)  # 2 rows per chunk: several chunks
     rng = np.random.default_rng(5)

@@ -1,4 +1,4 @@
-"""The sampled softmax's row-sparse Adagrad (training/lm.py: SoftmaxRows) against torch's own dense
+"""The sampled softmax's row-sparse Adagrad (lm.py: SoftmaxRows) against torch's own dense
 Adagrad on the whole (V, P) table: the same weights and accumulators after several steps."""
 
 import copy
@@ -7,10 +7,10 @@ import pytest
 import torch
 from train_helpers import run_tiny
 
+from elmokit import lm as lm_module
 from elmokit.bilm import PRESETS
+from elmokit.lm import Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import batch_to_ids
-from elmokit.training import lm as lm_module
-from elmokit.training.lm import Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.training.trainer import _differentiate_and_update
 
 V, S = 60, 12

@@ -6,7 +6,7 @@ The expected files are written out by hand from counts done by hand on the tiny 
 import pytest
 
 from elmokit.cli.main import main
-from elmokit.training.vocab import Vocabulary, VocabularyError, build_vocabulary, count_tokens
+from elmokit.text.vocab import Vocabulary, VocabularyError, build_vocabulary, count_tokens
 
 CORPUS = "b a c a\nc a b d\n\nZ <S> a é\n"
 # counts by hand: a 4, b 2, c 2, d 1, Z 1, é 1 (the literal <S> is never counted)

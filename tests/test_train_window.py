@@ -12,11 +12,11 @@ from train_helpers import GOLDEN_MODEL, TINY_CORPUS, run_tiny, tiny_vocab
 
 from elmokit.cli.main import main
 from elmokit.evaluation.perplexity import perplexity, stream_backward_perplexity, stream_forward_perplexity
+from elmokit.lm import LanguageModel
+from elmokit.text.vocab import Vocabulary
 from elmokit.training.config import TrainingConfig
 from elmokit.training.data import BOS_TYPE, EOS_TYPE, Position, SentenceStream, window_batches
-from elmokit.training.lm import LanguageModel
 from elmokit.training.trainer import _type_char_ids, _vocab_ids_of_types, read_metrics
-from elmokit.training.vocab import Vocabulary
 
 WINDOW = dict(window=8, batch_size=6, shuffle_buffer=1, log_every=1, checkpoint_every=5)
 

@@ -9,9 +9,9 @@ import torch
 
 from elmokit.bilm import PRESETS
 from elmokit.text.corpus import Corpus
+from elmokit.text.vocab import build_vocabulary, count_tokens
 from elmokit.training.config import TrainingConfig
 from elmokit.training.trainer import train
-from elmokit.training.vocab import build_vocabulary, count_tokens
 
 HERE = Path(__file__).resolve().parent
 TINY_CORPUS = HERE / "fixtures" / "tiny_corpus.txt"
@@ -66,7 +66,7 @@ if __name__ == "__main__":
 def ddp_worker(rank: int, world_size: int, init_method: str, run_dir: str, model_dict: dict, changes: dict) -> None:
     """One rank of the data-parallel test (run by torch.multiprocessing in a fresh process)."""
     from elmokit.bilm import BiLMConfig
-    from elmokit.training.distributed import DistributedContext
+    from elmokit.engine.distributed import DistributedContext
 
     torch.set_num_threads(1)
     train(Path(run_dir), corpus=str(TINY_CORPUS), vocab=tiny_vocab(Path(run_dir).parent),

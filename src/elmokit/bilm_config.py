@@ -42,7 +42,7 @@ class BiLMConfig:
     # bilm-tf builds the token projection only when sum(filters) != projection_dim.
     token_projection: bool = True
     # Training only (bilm-tf `dropout`): dropout on every LSTM layer's input, active in train
-    # mode only; inference never uses it. The LM head drops the top layer too (training/lm.py).
+    # mode only; inference never uses it. The LM head drops the top layer too (lm.py).
     dropout: float = 0.0
 
     def __post_init__(self) -> None:

@@ -71,8 +71,8 @@ def pretrain_ddp_worker(rank: int, world_size: int, init_method: str, run_dir: s
     """One rank of the data-parallel pretraining test (run by torch.multiprocessing in a fresh process)."""
     import torch
 
+    from elmokit.engine.distributed import DistributedContext
     from elmokit.pretraining.run import PretrainConfig, pretrain
-    from elmokit.training.distributed import DistributedContext
 
     torch.set_num_threads(1)
     pretrain(run_dir, corpus=corpus, config=PretrainConfig.from_dict(config), command="ddp test", progress=False,

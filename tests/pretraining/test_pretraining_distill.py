@@ -1,5 +1,6 @@
 """Distillation: the student starts from teacher layers 0, 2, ...; DistilBERT's and TinyBERT's losses
-against hand-written formulas on a toy; a few steps lower the loss; the minimal loop saves a folder."""
+against hand-written formulas on a toy; a few steps lower the loss; the run on the engine's step loop: the
+student folder, exact resume, one-line errors for a GPT teacher, an empty or non-UTF-8 corpus, a foreign --out."""
 
 from __future__ import annotations
 
@@ -130,8 +131,107 @@ def test_projection_when_widths_differ_and_a_few_steps_lower_the_loss(setup, tmp
     tokenizer.save_pretrained(tmp_path / "teacher")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the cat sat on the mat .\na doggy !\n\nthe cats sat unbelievable x\n", encoding="utf-8")
-    last = D.distill(tmp_path / "teacher", tmp_path / "student", [corpus], steps=3, batch_size=2, log=lambda _: None)
-    assert last["step"] == 3 and (tmp_path / "student" / "config.json").is_file()
+    result = D.distill(tmp_path / "teacher", tmp_path / "run", [corpus], config=D.DistillRunConfig(max_steps=3, batch_size=2),
+                       progress=False)
+    assert result.step == 3 and (tmp_path / "run" / "model" / "config.json").is_file()
     from transformers import AutoModelForMaskedLM
 
-    assert type(AutoModelForMaskedLM.from_pretrained(tmp_path / "student")).__name__ == "DistilBertForMaskedLM"
+    assert type(AutoModelForMaskedLM.from_pretrained(tmp_path / "run" / "model")).__name__ == "DistilBertForMaskedLM"
+
+
+# ---- the run (the engine's step loop and run folder) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(setup, tmp_path_factory):
+    tokenizer, teacher, _ = setup
+    folder = tmp_path_factory.mktemp("teacher")
+    teacher.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    corpus = folder.parent / "distill_corpus.txt"
+    corpus.write_text("the cat sat on the mat .\na doggy !\n\nthe cats sat unbelievable x\nthe mat x\ncat on a dog\n",
+                      encoding="utf-8")
+    return folder, corpus
+
+
+def _distill(teacher, corpus, out, *extra):
+    from elmokit.cli.main import main
+
+    return main(["distill", "--teacher", str(teacher), "--corpus", str(corpus), "--out", str(out), "--batch-size", "2",
+                 "--threads", "1", "--log-every", "1", *extra])
+
+
+def test_distill_resume_is_exact_and_logs_metrics_like_pretrain(teacher_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from elmokit.engine.run_folder import read_metrics
+
+    teacher, corpus = teacher_dir
+    assert _distill(teacher, corpus, tmp_path / "straight", "--max-steps", "6", "--checkpoint-every", "3") == 0
+    assert _distill(teacher, corpus, tmp_path / "resumed", "--max-steps", "3") == 0
+    assert _distill(teacher, corpus, tmp_path / "resumed", "--max-steps", "6", "--resume") == 0
+    a = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # 6 steps cross an epoch (5 segments)
+    timing = ("tokens_per_s", "elapsed_s")
+    straight, resumed = ([{k: v for k, v in e.items() if k not in timing} for e in read_metrics(tmp_path / run)]
+                         for run in ("straight", "resumed"))
+    assert straight == resumed and [e["step"] for e in straight] == [1, 2, 3, 4, 5, 6]
+    assert {"loss", "ce", "mlm", "cos", "grad_norm", "tokens", "skipped_nonfinite"} <= set(straight[0])
+    assert sorted(p.name for p in (tmp_path / "straight" / "checkpoints").iterdir()) == ["step_00000003", "step_00000006"]
+
+
+def test_distill_keeps_a_users_file_in_out_and_refuses_in_one_line(teacher_dir, tmp_path, capsys):
+    teacher, corpus = teacher_dir
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert _distill(teacher, corpus, out, "--max-steps", "1") == 2
+    err = capsys.readouterr().err
+    [error] = [line for line in err.splitlines() if line.startswith("elmokit distill:")]
+    assert str(out) in error and "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("case", ["gpt teacher", "empty corpus", "bad utf-8"])
+def test_distill_bad_inputs_are_one_line_naming_the_file(teacher_dir, tmp_path, capsys, case):
+    teacher, corpus = teacher_dir
+    if case == "gpt teacher":
+        gpt = build_model("gpt2", preset("tiny"), vocab_size=30, seed=0)
+        gpt.save_pretrained(tmp_path / "gpt")
+        teacher, expected = tmp_path / "gpt", f"--teacher {tmp_path / 'gpt'}: a 'gpt2' model"
+    elif case == "empty corpus":
+        corpus = tmp_path / "empty.txt"
+        corpus.write_text("\n  \n", encoding="utf-8")
+        expected = f"corpus {corpus}: no non-empty line"
+    else:
+        corpus = tmp_path / "bad.txt"
+        corpus.write_bytes(b"the cat\nthe \xff mat\n")
+        expected = f"{corpus}:2: not UTF-8"
+    assert _distill(teacher, corpus, tmp_path / "run", "--max-steps", "1") == 2
+    err = capsys.readouterr().err
+    [error] = [line for line in err.splitlines() if line.startswith("elmokit distill:")]
+    assert expected in error and "Traceback" not in err
+
+
+def test_distill_non_finite_step_is_skipped_and_counted_when_asked_else_stops_naming_it(teacher_dir, tmp_path, monkeypatch):
+    from elmokit.engine.run_folder import read_metrics
+    from elmokit.engine.steps import NonFiniteError
+
+    teacher, corpus = teacher_dir
+    original, calls = D.DistillationObjective.loss, []
+
+    def nan_at_second(self, student, batch):
+        out = original(self, student, batch)
+        calls.append(1)
+        return D.ObjectiveLoss(out.loss * float("nan"), out.parts, out.n_targets, out.n_tokens) if len(calls) == 2 else out
+
+    monkeypatch.setattr(D.DistillationObjective, "loss", nan_at_second)
+    config = D.DistillRunConfig(max_steps=3, batch_size=2, log_every=1)
+    with pytest.raises(NonFiniteError, match="step 2: non-finite loss"):
+        D.distill(teacher, tmp_path / "stop", [corpus], config=config, progress=False)
+    calls.clear()
+    result = D.distill(teacher, tmp_path / "skip", [corpus], config=D.DistillRunConfig(max_steps=3, batch_size=2, log_every=1,
+                                                                                      skip_nonfinite_steps=1), progress=False)
+    [skipped] = [e for e in read_metrics(tmp_path / "skip") if "skipped" in e]
+    assert result.step == 3 and skipped["step"] == 2 and skipped["skipped_nonfinite"] == 1

@@ -18,10 +18,10 @@ import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from elmokit.cli.main import main  # noqa: E402
+from elmokit.engine.run_folder import read_metrics  # noqa: E402
 from elmokit.pretraining.corpus import Document, SpecialIds, causal, pairs, segments, split_sentences  # noqa: E402
 from elmokit.pretraining.run import PretrainConfig, learning_rate, pretrain  # noqa: E402
 from elmokit.text.corpus import CorpusError  # noqa: E402
-from elmokit.training.loop import read_metrics  # noqa: E402
 
 TIMING = ("tokens_per_s", "elapsed_s", "cpu_s")
 

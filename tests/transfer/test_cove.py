@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmokit.training.trainer import RunError
+from elmokit.engine.run_folder import RunError
 from elmokit.transfer.cove import (
     PRESETS,
     CoveConfig,
@@ -367,3 +367,36 @@ def test_cli_trains_on_verse_files_scores_bleu_and_reports_bad_input_in_one_line
         main(["cove", "train", "--src", str(src), "--tgt", str(tgt), "--vectors", str(vectors), "--out",
               str(tmp_path / "other"), "--max-steps", "0"])
     assert stop.value.code == 2 and "--max-steps: must be an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("allowed", [0, 1])
+def test_a_non_finite_step_stops_naming_it_or_is_skipped_and_counted_when_asked(tmp_path, monkeypatch, allowed):
+    """The engine's one non-finite policy, in CoVe's loop as in every other: step 3's loss is NaN."""
+    from elmokit.engine.run_folder import read_metrics
+    from elmokit.engine.steps import NonFiniteError
+
+    src, tgt = write_parallel(tmp_path / "data")
+    vectors = write_vectors(tmp_path / "vectors.txt")
+    calls = []
+    original = CoveModel.loss
+
+    def nan_at_third(self, *args, **kwargs):
+        total, n = original(self, *args, **kwargs)
+        calls.append(1)
+        return (total * float("nan"), n) if len(calls) == 3 else (total, n)
+
+    monkeypatch.setattr(CoveModel, "loss", nan_at_third)
+    training = CoveTrainingConfig(batch_size=3, max_steps=5, checkpoint_every=2, log_every=1, seed=7,
+                                  skip_nonfinite_steps=allowed)
+    common = dict(src=src, tgt=tgt, vectors=vectors, config=CoveConfig(**PRESETS["tiny"]), training=training, progress=False,
+                  bleu=False)
+    if not allowed:
+        with pytest.raises(NonFiniteError, match=r"step 3: non-finite loss .*/step_00000002, holds finite weights"):
+            train_cove(tmp_path / "run", **common)
+        return
+    result = train_cove(tmp_path / "run", **common)
+    metrics = read_metrics(tmp_path / "run")
+    assert result.step == 5 and [e["step"] for e in metrics if "loss" in e] == [1, 2, 4, 5]
+    [skipped] = [e for e in metrics if "skipped" in e]
+    assert skipped["step"] == 3 and skipped["skipped"].startswith("non-finite loss") and skipped["skipped_nonfinite"] == 1
+    assert metrics[-1]["skipped_nonfinite"] == 1

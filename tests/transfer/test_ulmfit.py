@@ -16,10 +16,10 @@ import torch
 
 from elmokit.bilm import PRESETS
 from elmokit.cli.main import main
+from elmokit.engine.schedules import slanted_triangular_fraction
+from elmokit.lm import LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import batch_to_ids
-from elmokit.training.lm import LanguageModel, init_like_bilm_tf
-from elmokit.training.vocab import Vocabulary
-from elmokit.transfer.schedules import slanted_triangular_fraction
+from elmokit.text.vocab import Vocabulary
 from elmokit.transfer.ulmfit import (
     ClassifierOptions,
     ClassifierTrainer,

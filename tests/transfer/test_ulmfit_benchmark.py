@@ -9,9 +9,9 @@ import torch
 from testkit import load_benchmark, need_shared
 
 from elmokit.bilm import PRESETS
+from elmokit.lm import LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import batch_to_ids
-from elmokit.training.lm import LanguageModel, init_like_bilm_tf
-from elmokit.training.vocab import Vocabulary
+from elmokit.text.vocab import Vocabulary
 from elmokit.transfer.ulmfit import DirectionalClassifier, ULMFiTClassifier, ULMFiTConfig
 
 CONFIG = PRESETS["tiny"].replace(lstm_dim=7, projection_dim=5, filters=((1, 3), (2, 4)), n_layers=2)

@@ -1,11 +1,11 @@
-"""ULMFiT's schedules (transfer/schedules.py) against eq. 2 and eq. 3 of Howard & Ruder (2018),
+"""ULMFiT's schedules (engine/schedules.py) against eq. 2 and eq. 3 of Howard & Ruder (2018),
 computed by hand here."""
 
 import math
 
 import pytest
 
-from elmokit.transfer.schedules import discriminative_rates, slanted_triangular, slanted_triangular_fraction
+from elmokit.engine.schedules import discriminative_rates, slanted_triangular, slanted_triangular_fraction
 
 
 def by_hand(t, T, eta_max, cut_frac=0.1, ratio=32.0):

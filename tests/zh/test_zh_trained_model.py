@@ -64,8 +64,8 @@ def test_zh_model_predicts_held_out_peoples_daily_far_better_than_a_unigram_mode
     from testkit import need_shared
 
     from elmokit.evaluation.perplexity import perplexity
+    from elmokit.lm import LanguageModel
     from elmokit.tasks.zh_data import read_peoples_daily
-    from elmokit.training.lm import LanguageModel
 
     source = need_shared("data", "zh", "peoples_daily_199801", "199801.txt")
     model, vocabulary, info = LanguageModel.load(ZH)

@@ -86,6 +86,8 @@ def _register_train(sub) -> None:
     t.add_argument("--keep-checkpoints", type=positive_int, default=2, help="checkpoints kept (default: %(default)s)")
     t.add_argument("--log-every", type=positive_int, default=50, help="steps between metric lines (default: %(default)s)")
     t.add_argument("--valid-every", type=positive_int, default=500, help="steps between validation losses (default: %(default)s)")
+    t.add_argument("--skip-nonfinite-steps", type=non_negative_int, default=0,
+                   help="skip up to N steps whose loss or gradient is NaN/inf; one more stops the run (default: 0)")
     t.add_argument("--no-bleu", action="store_true", help="skip BLEU on the held-out splits at the end")
     add_threads_argument(p)
     p.set_defaults(func=lambda args: _run("cove train", run_train, args))
@@ -115,16 +117,13 @@ def _run(command, func, args) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from elmokit.engine.run_folder import RunFolder
     from elmokit.transfer.cove import PRESETS, CoveConfig
-    from elmokit.transfer.cove_train import CoveTrainingConfig, train_cove
+    from elmokit.transfer.cove_train import RUN_KIND, CoveTrainingConfig, train_cove
 
     apply_threads(args)
-    saved = {}
-    record = Path(args.out) / "training.json"
-    if args.resume and record.is_file():
-        saved = json.loads(record.read_text(encoding="utf-8"))["data"]
+    folder = RunFolder.open(args.out, kind=RUN_KIND, resume=args.resume)  # refused here when it does not fit
+    saved = (folder.record or {}).get("data", {}) if args.resume else {}
     src, tgt = args.src or saved.get("src"), args.tgt or saved.get("tgt")
     vectors = args.vectors or saved.get("vectors", {}).get("path")
     if not (src and tgt and vectors):
@@ -136,11 +135,12 @@ def run_train(args: argparse.Namespace) -> int:
         target_vocab_size=args.target_vocab_size, target_min_count=args.target_min_count,
         lowercase_target=not args.keep_target_case, valid_books=tuple(args.valid_books), test_books=tuple(args.test_books),
         seed=args.seed, max_steps=args.max_steps, epochs=args.epochs, checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints, log_every=args.log_every, valid_every=args.valid_every)
+        keep_checkpoints=args.keep_checkpoints, log_every=args.log_every, valid_every=args.valid_every,
+        skip_nonfinite_steps=args.skip_nonfinite_steps)
     result = train_cove(args.out, src=src, tgt=tgt, vectors=vectors, config=CoveConfig(**sizes), training=training,
                         valid_src=args.valid_src or saved.get("valid_src"), valid_tgt=args.valid_tgt or saved.get("valid_tgt"),
                         max_vectors=args.max_vectors, resume=args.resume, bleu=not args.no_bleu,
-                        command="elmokit " + " ".join(getattr(args, "argv", sys.argv[1:])), progress=True)
+                        command="elmokit " + " ".join(getattr(args, "argv", sys.argv[1:])), progress=True, folder=folder)
     print(f"trained {result.step} steps in {result.elapsed_s / 60:.1f} min; model in {result.model_dir}")
     for name, value in (result.bleu or {}).items():
         print(f"{name} BLEU {value['bleu']:.2f} ({value['sentences']} sentences, greedy)")

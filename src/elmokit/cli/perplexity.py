@@ -34,8 +34,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from elmokit.evaluation.perplexity import NoSentencesError, perplexity
+    from elmokit.lm import LanguageModel
     from elmokit.text.corpus import Corpus, CorpusError
-    from elmokit.training.lm import LanguageModel
 
     apply_threads(args)
     model, vocabulary, info = LanguageModel.load(args.model)

@@ -20,7 +20,7 @@ import shlex
 import sys
 
 from elmokit.cli.common import non_negative_int, positive_float, positive_int
-from elmokit.cli.training_common import SettingError, run_training_command
+from elmokit.cli.training_common import SettingError, interrupted, run_training_command
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
 # shows PretrainConfig's default.
@@ -95,10 +95,8 @@ def register(subparsers) -> None:
 
 
 def resolve(args: argparse.Namespace):
-    """(PretrainConfig, corpus patterns) from the flags, over the resumed run's settings."""
-    from pathlib import Path
-
-    from elmokit.pretraining.run import PretrainConfig, read_pretrain_run
+    """(PretrainConfig, corpus patterns, the run folder opened once) from the flags, over the resumed run's settings."""
+    from elmokit.pretraining.run import PretrainConfig, open_pretrain_run
 
     given = {name: getattr(args, name) for name in PRETRAIN_FLAGS if getattr(args, name) is not None}
     if args.objective is not None:
@@ -107,19 +105,17 @@ def resolve(args: argparse.Namespace):
         given["sbo"] = bool(args.sbo)
     corpus = args.corpus
     base: dict = {}
-    if args.resume:
-        if not (Path(args.out) / "training.json").exists():
-            raise SettingError(f"--resume: {args.out} holds no pretraining run (no training.json); start it without --resume")
-        saved, record = read_pretrain_run(Path(args.out))
+    folder, saved = open_pretrain_run(args.out, args.resume)
+    if args.resume and saved is not None:
         base = saved.to_dict()
         base.pop("format_version")
-        corpus = corpus or record["corpus"]["patterns"]  # the schedule (warmup, decay_steps) stays the run's
+        corpus = corpus or folder.record["corpus"]["patterns"]  # the schedule (warmup, decay_steps) stays the run's
     else:
         missing = [flag for flag, value in (("--objective", args.objective), ("--corpus", corpus)) if value is None]
         if missing:
             raise SettingError(f"a new run needs {' and '.join(missing)}")
     try:
-        return PretrainConfig(**{**base, **given}), corpus
+        return PretrainConfig(**{**base, **given}), corpus, folder
     except (TypeError, ValueError) as error:
         raise SettingError(str(error)) from None
 
@@ -131,36 +127,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    config, corpus = resolve(args)
+    config, corpus, folder = resolve(args)
     if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
         print("pretraining config:", json.dumps(config.to_dict()), file=sys.stderr)
     argv = getattr(args, "argv", None) or sys.argv[1:]
     command = "elmokit " + " ".join(shlex.quote(a) for a in argv)
     try:
-        result = pretrain(args.out, corpus=corpus, config=config, resume=args.resume, command=command, device=args.device)
+        result = pretrain(args.out, corpus=corpus, config=config, resume=args.resume, command=command, device=args.device,
+                          folder=folder)
     except KeyboardInterrupt as stop:
-        return _interrupted(args, stop)
+        return interrupted("pretrain", args.out, stop)
     if result.model_dir is not None:
         loss = f"{result.loss:.4f}" if result.loss is not None else "n/a"
         print(f"elmokit pretrain: step {result.step}, {result.tokens:,} tokens, last loss {loss}; "
               f"model in {result.model_dir}", file=sys.stderr)
     return 0
-
-
-def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> int:
-    """Ctrl-C, SIGTERM or SIGHUP: say which checkpoint the run folder keeps and how to go on."""
-    import signal
-    from pathlib import Path
-
-    from elmokit.training.checkpoint import latest_checkpoint
-
-    signum = getattr(stop, "signum", None)
-    how = f"stopped by {signal.Signals(signum).name}" if signum else "interrupted"
-    kept = latest_checkpoint(Path(args.out) / "checkpoints")
-    resume = f"elmokit pretrain --out {shlex.quote(str(args.out))} --resume"
-    if kept is not None:
-        print(f"elmokit pretrain: {how}; the run folder keeps checkpoint {kept}; continue with: {resume}", file=sys.stderr)
-    else:
-        print(f"elmokit pretrain: {how} before the first checkpoint; continue (from step 0) with: {resume}",
-              file=sys.stderr)
-    return 128 + signum if signum else 130

@@ -21,6 +21,7 @@ from elmokit.cli.common import non_negative_float, non_negative_int, positive_fl
 from elmokit.cli.training_common import (
     SettingError,
     add_tokenizer_arguments,
+    interrupted,
     run_training_command,
     tokenizer_changes_from_args,
 )
@@ -148,33 +149,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = train(args.out, **config.train_arguments(), resume=args.resume, command=command, device=args.device)
     except KeyboardInterrupt as stop:
-        return _interrupted(args, stop)
+        return interrupted("train", args.out, stop)
     if result.model_dir is not None:
         loss = f"{result.loss:.4f}" if result.loss is not None else "n/a"
         print(f"elmokit train: step {result.step}, {result.tokens:,} tokens, last loss {loss}; "
               f"model in {result.model_dir}", file=sys.stderr)
     return 0
-
-
-def _interrupted(args: argparse.Namespace, stop: KeyboardInterrupt) -> int:
-    """Ctrl-C, SIGTERM or SIGHUP: say which checkpoint the run folder keeps and how to go on."""
-    import signal
-    from pathlib import Path
-
-    from elmokit.training.checkpoint import latest_checkpoint
-
-    signum = getattr(stop, "signum", None)
-    how = f"stopped by {signal.Signals(signum).name}" if signum else "interrupted"
-    out = Path(args.out)
-    kept = latest_checkpoint(out / "checkpoints")
-    resume = f"elmokit train --out {shlex.quote(str(out))} --resume"
-    if kept is not None:
-        step = json.loads((kept / "state.json").read_text())["step"]
-        print(f"elmokit train: {how}; the run folder keeps checkpoint {kept} (step {step}); "
-              f"continue with: {resume}", file=sys.stderr)
-    elif (out / "training.json").exists():
-        print(f"elmokit train: {how} before the first checkpoint; {out} holds the run's settings only; "
-              f"start it again from step 0 with: {resume}", file=sys.stderr)
-    else:
-        print(f"elmokit train: {how}; nothing was written", file=sys.stderr)
-    return 128 + signum if signum else 130

@@ -37,13 +37,9 @@ def tokenizer_changes_from_args(args: argparse.Namespace) -> dict:
 
 def tokenizer_spec_from_args(args: argparse.Namespace, fallback: dict | None = None) -> dict:
     """The recorded form ({"kind": ...}) of the tokenizer the flags ask for; ``fallback`` when none given."""
-    changes = tokenizer_changes_from_args(args)
-    base = dict(fallback or {"kind": "whitespace", "lowercase": False})
-    if not changes:
-        return base
-    if changes.get("kind", base.get("kind")) != base.get("kind"):
-        base = {"lowercase": base.get("lowercase", False)}
-    return {**base, **changes}
+    from elmokit.training.run_config import merge_tokenizer_spec
+
+    return merge_tokenizer_spec(tokenizer_changes_from_args(args), fallback)
 
 
 def tokenizer_from_args(args: argparse.Namespace, fallback: dict | None = None):
@@ -61,6 +57,33 @@ def run_training_command(command: str, func, args: argparse.Namespace) -> int:
     from elmokit.cli.common import run_reporting_errors
 
     return run_reporting_errors(command, func, args)
+
+
+def interrupted(command: str, out: str, stop: KeyboardInterrupt) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP during a training command: say which checkpoint the run folder keeps and how
+    to go on; the exit code of the signal."""
+    import json
+    import shlex
+    import signal
+    import sys
+    from pathlib import Path
+
+    from elmokit.engine.run_folder import latest_checkpoint
+
+    signum = getattr(stop, "signum", None)
+    how = f"stopped by {signal.Signals(signum).name}" if signum else "interrupted"
+    kept = latest_checkpoint(Path(out) / "checkpoints")
+    resume = f"elmokit {command} --out {shlex.quote(str(out))} --resume"
+    if kept is not None:
+        step = json.loads((kept / "state.json").read_text())["step"]
+        print(f"elmokit {command}: {how}; the run folder keeps checkpoint {kept} (step {step}); continue with: {resume}",
+              file=sys.stderr)
+    elif (Path(out) / "training.json").exists():
+        print(f"elmokit {command}: {how} before the first checkpoint; {out} holds the run's settings only; start it again "
+              f"from step 0 with: {resume}", file=sys.stderr)
+    else:
+        print(f"elmokit {command}: {how}; nothing was written", file=sys.stderr)
+    return 128 + signum if signum else 130
 
 
 class SettingError(UserError):

@@ -56,7 +56,7 @@ def run_ulmfit_train(args: argparse.Namespace, data: dict) -> int:
     """Train, report dev (and test) accuracy, save to ``--out``. ``data``: name -> (sentences, labels)."""
     import torch
 
-    from elmokit.training.lm import LanguageModel, init_like_bilm_tf
+    from elmokit.lm import LanguageModel, init_like_bilm_tf
     from elmokit.transfer.ulmfit import ClassifierOptions, LMFineTuneOptions, train_ulmfit
 
     refuse_representation_flags(args, "ulmfit", "a language model folder")

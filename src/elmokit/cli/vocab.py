@@ -29,7 +29,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from elmokit.io import atomic_path, check_output_file
     from elmokit.text.corpus import Corpus, CorpusError
-    from elmokit.training.vocab import build_vocabulary, count_tokens, coverage
+    from elmokit.text.vocab import build_vocabulary, count_tokens, coverage
 
     corpus = Corpus(args.corpus, tokenizer=tokenizer_from_args(args), progress=True)
     for out in (args.out, args.counts):  # before the corpus is counted

@@ -72,7 +72,7 @@ def perplexity(
     device: str | torch.device = "cpu",
     progress=None,
 ) -> PerplexityResult:
-    """Evaluate ``model`` (a :class:`~elmokit.training.lm.LanguageModel`) on tokenised sentences."""
+    """Evaluate ``model`` (a :class:`~elmokit.lm.LanguageModel`) on tokenised sentences."""
     model.eval()
     fwd_total, bwd_total = 0.0, 0.0
     n_targets = n_sentences = n_tokens = n_oov = 0

@@ -28,26 +28,49 @@ sum_heads MSE(A_s, A_t)`` for each student layer m against teacher layer g(m), a
 (query, key) pairs of real tokens. Deviation: TinyBERT fits the unnormalised attention scores;
 transformers returns the softmax probabilities only, so those are fitted here.
 
-The training loop here (``distill``) is minimal on purpose (Adam, fixed steps, save); the shared
-trainer in ``elmokit.training`` should run ``DistillationObjective`` (it follows the ``Objective``
-protocol) for checkpoints, resume and DDP.
+``distill`` trains the student on the engine's step loop, into a run folder as ``elmokit pretrain``'s
+(``engine/run_folder.py``: command.txt, training.json with the corpus and the teacher fingerprinted by
+content, metrics.jsonl, checkpoints/, and at the end model/ with the student, its tokenizer and card):
+Adam at ``lr``, the gradient norm clipped at 5 (the reference distiller's ``max_grad_norm``), batches of
+``batch_size`` lines in a seeded order per epoch, masks from a generator saved in each checkpoint, so a
+run stopped and continued with ``resume`` ends with the weights of an uninterrupted one.
 
 Shape legend: B batch, T tokens, V vocabulary, H hidden (Hs student, Ht teacher), A heads.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import json
 import os
+import shlex
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmokit.configs import config_from_dict
+from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_weights, write_checkpoint
+from elmokit.engine.distributed import DistributedContext
+from elmokit.engine.run_folder import (
+    MetricsLog,
+    RunFolder,
+    corpus_differences,
+    corpus_files_record,
+    last_logged_loss,
+    model_card,
+    resumable,
+    resume_differences,
+    truncate_metrics,
+)
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
+from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
 from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, mask_tokens
@@ -240,16 +263,82 @@ class DistillationObjective:
                              int(batch["attention_mask"].sum()))
 
 
-# --------------------------------------------------------------------------- the minimal loop
+# --------------------------------------------------------------------------- the run
+
+RUN_KIND = "distill"
+
+
+class DistillError(UserError):
+    """A teacher or corpus distillation cannot use; the message names it (file and line) and the fix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillRunConfig:
+    """How to train the student. Saved in ``training.json``; ``resumable()`` fields may change on resume."""
+
+    FORMAT_VERSION: ClassVar[int] = 1
+
+    batch_size: int = 32
+    max_tokens: int = 128  # the longest segment in pieces (and at most the teacher's positions)
+    lr: float = 5e-4  # Adam (DistilBERT's)
+    clip_norm: float = 5.0  # the reference distiller's max_grad_norm
+    seed: int = 0
+    max_steps: int = resumable(1000)
+    checkpoint_every: int = resumable(1000)
+    keep_checkpoints: int = resumable(2)
+    log_every: int = resumable(10)
+    skip_nonfinite_steps: int = resumable(0)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_tokens", "max_steps", "checkpoint_every", "keep_checkpoints", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.seed < 0 or self.skip_nonfinite_steps < 0:
+            raise ValueError("seed and skip_nonfinite_steps must be at least 0")
+        if not (self.lr > 0 and self.clip_norm > 0):
+            raise ValueError("lr and clip_norm must be > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DistillRunConfig:
+        return config_from_dict(cls, data, "distillation config")
+
+
+def check_teacher(teacher_dir: str | os.PathLike) -> Path:
+    """The teacher folder, once it is a transformers BERT masked-LM folder; else a one-line DistillError."""
+    folder = Path(teacher_dir)
+    config_path = folder / "config.json"
+    fix = "give a transformers BERT masked-LM folder, e.g. the model/ folder of `elmokit pretrain --objective bert`"
+    if not config_path.is_file():
+        raise DistillError(f"--teacher {folder}: no config.json there; {fix}")
+    try:
+        model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
+        raise DistillError(f"{config_path}: unreadable ({error}); {fix}") from None
+    if model_type != "bert":
+        raise DistillError(f"--teacher {folder}: a {model_type!r} model; distilling into DistilBERT needs a BERT masked-LM "
+                           f"teacher (model_type 'bert'); {fix}")
+    return folder
 
 
 def read_segments(paths: Iterable[str | os.PathLike], tokenizer, *, max_tokens: int) -> list[dict]:
-    """One example per non-empty line (whitespace words, WordPiece pieces), cut to ``max_tokens``."""
+    """One example per non-empty line (whitespace words, WordPiece pieces), cut to ``max_tokens``. A missing
+    file or a line that is not UTF-8 is a DistillError naming the file (and the line)."""
     examples = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                words = line.split()
+        try:
+            handle = open(path, "rb")
+        except OSError as error:
+            raise DistillError(f"--corpus {path}: {error.strerror or error}") from None
+        with handle:
+            for number, raw in enumerate(handle, 1):
+                try:
+                    words = raw.decode("utf-8").split()
+                except UnicodeDecodeError as error:
+                    raise DistillError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start} of the line); "
+                                       "fix: give UTF-8 text, one segment a line") from None
                 if not words:
                     continue
                 e = encode_words(tokenizer, words)
@@ -261,43 +350,109 @@ def read_segments(paths: Iterable[str | os.PathLike], tokenizer, *, max_tokens: 
 
 
 def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: Sequence[str | os.PathLike], *,
-            steps: int = 100, batch_size: int = 16, max_tokens: int = 128, lr: float = 5e-4, seed: int = 0,
-            config: DistillationConfig = DistillationConfig(), log=print) -> dict:
-    """Distil the teacher folder into a student saved at ``out_dir`` (written atomically); returns the
-    last step's losses. A plain loop: Adam, ``steps`` batches cycling over the corpus lines."""
+            config: DistillRunConfig = DistillRunConfig(), losses: DistillationConfig = DistillationConfig(),
+            resume: bool = False, command: str | None = None, progress: bool = True,
+            folder: RunFolder | None = None) -> RunResult:
+    """Distil the teacher folder into a student trained in the run folder ``out_dir`` (module docstring);
+    the student ends in ``out_dir/model``. ``folder``: the run folder as the caller opened it."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    if not (Path(teacher_dir) / "config.json").is_file():
-        raise FileNotFoundError(f"{teacher_dir}: no config.json; the teacher must be a transformers model folder")
+    out_dir, corpus = Path(out_dir), [os.fspath(c) for c in corpus]
+    if folder is None or folder.path != out_dir:
+        folder = RunFolder.open(out_dir, kind=RUN_KIND, resume=resume)
+    teacher_dir = check_teacher(teacher_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(teacher_dir))
     teacher = AutoModelForMaskedLM.from_pretrained(str(teacher_dir))
-    student = student_from_teacher(teacher, seed=seed)
+    student = student_from_teacher(teacher, seed=config.seed)
     objective = DistillationObjective(teacher, MaskingVocab.from_tokenizer(tokenizer), pad_id=tokenizer.pad_token_id,
-                                      config=config, student_hidden=student.config.dim)
-    examples = read_segments(corpus, tokenizer, max_tokens=min(max_tokens, teacher.config.max_position_embeddings))
+                                      config=losses, student_hidden=student.config.dim)
+    examples = read_segments(corpus, tokenizer, max_tokens=min(config.max_tokens, teacher.config.max_position_embeddings))
     if not examples:
-        raise ValueError(f"corpus {', '.join(map(str, corpus))}: no non-empty line to distil on")
-    parameters = list(student.parameters()) + [p for m in objective.modules().values() for p in m.parameters()]
-    optimizer = torch.optim.Adam(parameters, lr=lr)
-    rng = np.random.default_rng(seed)
+        raise DistillError(f"corpus {', '.join(corpus)}: no non-empty line to distil on; fix: give text, one segment a line")
+    weights = sorted(p for p in teacher_dir.iterdir() if p.suffix in (".safetensors", ".bin"))
+    record = {"format_version": 1, "kind": RUN_KIND, "distill": config.to_dict(), "losses": dataclasses.asdict(losses),
+              "teacher": {"path": str(teacher_dir.resolve()), "weights_sha256": {p.name: file_sha256(p) for p in weights}},
+              "corpus": {"patterns": corpus, "files": corpus_files_record(corpus), "examples": len(examples)},
+              "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if folder.resuming:
+        saved = folder.record
+        problems = resume_differences(folder.saved("distill", DistillRunConfig.from_dict), config)
+        problems += [f"losses.{k}: saved {v!r}, requested {record['losses'].get(k)!r}"
+                     for k, v in saved.get("losses", {}).items() if record["losses"].get(k) != v]
+        if saved.get("teacher", {}).get("weights_sha256") != record["teacher"]["weights_sha256"]:
+            problems.append(f"the teacher's weights differ from the ones the run read ({saved.get('teacher', {}).get('path')})")
+        if saved["corpus"]["patterns"] != corpus:
+            problems.append(f"corpus: saved {saved['corpus']['patterns']}, requested {corpus}")
+        else:
+            problems += corpus_differences(saved["corpus"]["files"], record["corpus"]["files"])
+        folder.refuse_if(problems, DistillRunConfig)
+        record = {**saved, "distill": config.to_dict()}  # the first record, the resumable fields as now requested
+        folder.write_record(record)
+    folder.start(command or " ".join(shlex.quote(a) for a in sys.argv), 1, record)
+
+    context, device = DistributedContext(), torch.device("cpu")
+    modules = {"student": student, **objective.modules()}
+    names = [f"{prefix}.{n}" for prefix, module in modules.items() for n, _ in module.named_parameters()]
+    parameters = [p for module in modules.values() for p in module.parameters()]
+    optimizer = torch.optim.Adam(parameters, lr=config.lr)
+    torch.manual_seed(config.seed * 1_000_003)  # dropout's stream
+    mask_rng = np.random.default_rng([config.seed, 0xD157])
+    position = {"epoch": 0, "batch": 0}
+    metrics = MetricsLog(out_dir / "metrics.jsonl")
+
+    def plan(epoch: int) -> list[list[dict]]:  # the epoch's order, a function of (seed, epoch)
+        order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
+        return [[examples[i] for i in order[k : k + config.batch_size]] for k in range(0, len(order), config.batch_size)]
+
+    def step_fn(chunk: list[dict], step: int) -> StepOutcome:
+        position["batch"] += 1
+        batch = next(objective.batches(chunk, batch_size=len(chunk), rng=mask_rng))  # masks drawn here
+        optimizer.zero_grad(set_to_none=True)
+        out = objective.loss(student, batch)
+        out.loss.backward()
+        return update_if_finite(optimizer, parameters, config.clip_norm, float(out.loss.detach()),
+                                int(batch["attention_mask"].sum()), dict(out.parts))
+
+    def save() -> None:
+        state = {**steps.state(context, device), "position": dict(position), "masking_rng": mask_rng.bit_generator.state}
+        write_checkpoint(out_dir / "checkpoints", steps.step, model_state=module_weights(modules), optimizer=optimizer,
+                         param_names=names, state=state, keep=config.keep_checkpoints)
+
+    steps = StepLoop(batches=planned_batches(plan, position), step_fn=step_fn, save=save, metrics=metrics,
+                     checkpoints=out_dir / "checkpoints", max_steps=config.max_steps, epochs=None, log_every=config.log_every,
+                     checkpoint_every=config.checkpoint_every, skip_nonfinite_steps=config.skip_nonfinite_steps,
+                     fix=f"lower --lr (now {config.lr})", progress=progress, desc="distilling")
+    found = steps.resume(optimizer, names, context, device) if folder.resuming else None
+    if found is not None:
+        saved_weights, state = found
+        load_module_weights(modules, saved_weights)
+        position.update(state["position"])
+        mask_rng.bit_generator.state = state["masking_rng"]
+    truncate_metrics(metrics.path, steps.step)
+    steps.last_loss = last_logged_loss(metrics.path)
     student.train()
-    done, last = 0, {}
-    while done < steps:
-        order = [examples[i] for i in rng.permutation(len(examples))]
-        for batch in objective.batches(order, batch_size=batch_size, rng=rng):
-            optimizer.zero_grad()
-            out = objective.loss(student, batch)
-            if not math.isfinite(float(out.loss.detach())):
-                raise FloatingPointError(f"step {done + 1}: the distillation loss is not finite ({out.parts})")
-            out.loss.backward()
-            optimizer.step()
-            done += 1
-            last = {"step": done, "loss": float(out.loss.detach()), **out.parts}
-            if done == 1 or done % 10 == 0 or done == steps:
-                log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in last.items()))
-            if done == steps:
-                break
-    with atomic_directory(out_dir) as tmp:
+    steps.run()
+    steps.save_final()
+    student.eval()
+    model_dir = out_dir / "model"
+    with atomic_directory(model_dir) as tmp:
         student.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    return last
+        (tmp / "README.md").write_text(_card(record, config, losses, steps, out_dir), encoding="utf-8")
+    return steps.result(out_dir, model_dir)
+
+
+def _card(record: dict, config: DistillRunConfig, losses: DistillationConfig, steps: StepLoop, run_dir: Path) -> str:
+    files = record["corpus"]["files"]
+    return model_card("elmokit DistilBERT student (trained with `elmokit distill`)", [
+        f"- teacher: {record['teacher']['path']}; the student starts from its layers 0, 2, ... (Sanh et al. 2019)",
+        f"- loss: {losses.alpha_ce} x soft cross-entropy at T = {losses.temperature} + {losses.alpha_mlm} x MLM + "
+        f"{losses.alpha_cos} x cosine" + (f" + {losses.alpha_hidden} x hidden MSE" if losses.alpha_hidden else "")
+        + (f" + {losses.alpha_attention} x attention MSE" if losses.alpha_attention else ""),
+        f"- corpus: {', '.join(record['corpus']['patterns'])} ({len(files)} file(s), {sum(f['bytes'] for f in files):,} "
+        f"bytes, {record['corpus']['examples']:,} segments of at most {config.max_tokens} pieces)",
+        f"- training: {steps.step:,} steps of {config.batch_size} segments, {steps.tokens:,} tokens; Adam lr {config.lr}, "
+        f"clip {config.clip_norm}; seed {config.seed}; wall time {steps.elapsed() / 60:.1f} min",
+        f"- last logged loss: {steps.last_loss:.4f}" if steps.last_loss is not None else "- no logged loss",
+        "- load: `elmokit.Embedder.load(DIR)`, `--model DIR`, or transformers' `AutoModelForMaskedLM.from_pretrained(DIR)`",
+    ], run_dir)

@@ -1,19 +1,12 @@
 """``elmokit pretrain``: a transformer objective trained on the shared loop, into a run folder.
 
-A run folder holds (the same record as ``elmokit train``'s, see ``training/trainer.py``)
-
-    command.txt       every command that ran in this folder (one line each, with the time)
-    training.json     the resolved PretrainConfig, the objective, the model class and sizes, the corpus
-                      (files, bytes), the tokenizer's sha256, the world size, versions, and once measured
-                      ``flops``: the FLOPs of the first step's forward + backward (torch.utils.flop_counter)
-    config.json       the transformers model config
-    tokenizer/        the subword tokenizer trained on the corpus (or copied from --tokenizer)
-    metrics.jsonl     one JSON line per logged step: loss and its parts, grad norm, lr, tokens seen, tokens/s,
-                      ``cpu_s`` (the CPU-seconds of the training steps so far, below)
-    checkpoints/      step_XXXXXXXX/ (``training/checkpoint.py``: atomic, SHA256SUMS, damaged ones set aside)
-    model/            at the end: a standard HF checkpoint folder (config.json, model.safetensors, the
-                      tokenizer files) and README.md (the model card); ``Embedder.load(DIR)`` and
-                      ``--model DIR`` read it as a ``{"kind": "transformer"}`` representation
+The run folder is the engine's (``engine/run_folder.py``); beside its record and metrics it holds
+``config.json`` (the transformers config), ``tokenizer/`` (trained on the corpus, or copied from --tokenizer)
+and at the end ``model/``, a standard HF checkpoint folder with the tokenizer and README.md (the model card)
+that ``Embedder.load(DIR)`` and ``--model DIR`` read as a ``{"kind": "transformer"}`` representation.
+``training.json`` also records the objective, the model class and sizes, the tokenizer's sha256 and, once
+measured, ``flops`` (the first step's forward + backward, torch.utils.flop_counter); metric lines carry the
+loss's parts, ``lr`` and ``cpu_s`` (the CPU-seconds of the training steps so far, below).
 
 Optimisation (BERT's recipe, Devlin et al. 2019 §A.2): AdamW (decoupled weight decay 0.01, not on biases and
 LayerNorm weights, i.e. on parameters of 2 or more dimensions), gradient-norm clipping at 1.0, the learning
@@ -51,12 +44,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import os
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -68,39 +59,39 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from elmokit.configs import config_from_dict
-from elmokit.io import atomic_path
+from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_weights, write_checkpoint
+from elmokit.engine.distributed import DistributedContext
+from elmokit.engine.run_folder import (
+    MetricsLog,
+    RunError,
+    RunFolder,
+    corpus_differences,
+    corpus_files_record,
+    last_logged_loss,
+    model_card,
+    resumable,
+    resume_differences,
+    truncate_metrics,
+)
+from elmokit.engine.schedules import warmup_linear_decay
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, update_if_finite
+from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.registry import OBJECTIVES
-from elmokit.text.corpus import Position, expand_patterns
+from elmokit.text.corpus import CorpusError, Position, expand_patterns
 from elmokit.text.subword_tokenizers import load_tokenizer, train_byte_bpe, train_wordpiece
-from elmokit.training.checkpoint import file_sha256, latest_checkpoint, latest_good_checkpoint, read_checkpoint, write_checkpoint
-from elmokit.training.distributed import DistributedContext
-from elmokit.training.loop import (
-    MetricsLog,
-    RunError,
-    StepLoop,
-    StepOutcome,
-    gather_rng_states,
-    last_logged_loss,
-    read_commands,
-    record_command,
-    restore_rng_states,
-    truncate_metrics,
-)
 
 logger = logging.getLogger(__name__)
 
 RUN_KIND = "pretrain"
-# Fields that may differ when a run is resumed (they do not change what a step computes).
-RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "max_seconds", "checkpoint_every", "keep_checkpoints",
-                               "log_every", "skip_nonfinite_steps"})
 TOKENIZER_TEMPLATES = {"wordpiece": None, "roberta": "roberta", "gpt2": "gpt2"}
 
 
 @dataclass(frozen=True, kw_only=True)
 class PretrainConfig:
-    """How to pretrain. Saved in ``training.json`` (with ``format_version``). Batches are global."""
+    """How to pretrain. Saved in ``training.json`` (with ``format_version``). Batches are global. Fields
+    declared ``resumable()`` may differ when a run is resumed (they do not change what a step computes)."""
 
     FORMAT_VERSION: ClassVar[int] = 1
 
@@ -129,13 +120,13 @@ class PretrainConfig:
     clip_norm: float = 1.0
     # run
     seed: int = 0
-    max_steps: int | None = None
-    epochs: int | None = None
-    max_seconds: float | None = None  # CPU-seconds of training steps (module docstring: compute budget)
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    skip_nonfinite_steps: int = 0
+    max_steps: int | None = resumable(None)
+    epochs: int | None = resumable(None)
+    max_seconds: float | None = resumable(None)  # CPU-seconds of training steps (module docstring: compute budget)
+    checkpoint_every: int = resumable(1000)
+    keep_checkpoints: int = resumable(2)
+    log_every: int = resumable(10)
+    skip_nonfinite_steps: int = resumable(0)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -202,34 +193,16 @@ class PretrainConfig:
 def learning_rate(config: PretrainConfig, step: int) -> float:
     """The learning rate of 1-based ``step``: linear warmup to ``lr`` over ``warmup_steps``, then linear
     decay reaching 0 after ``decay_steps`` (constant without ``decay_steps``)."""
-    warmup = config.warmup_steps
-    if step <= warmup:
-        return config.lr * step / warmup
-    if config.decay_steps is None:
-        return config.lr
-    return config.lr * max(0.0, (config.decay_steps - step + 1) / max(1, config.decay_steps - warmup + 1))
+    return warmup_linear_decay(step, config.lr, config.warmup_steps, config.decay_steps)
 
 
-@dataclass
-class PretrainResult:
-    step: int
-    tokens: int
-    loss: float | None
-    run_dir: Path
-    model_dir: Path | None
-    elapsed_s: float
-    history: list[dict]
+PretrainResult = RunResult
 
 
-def read_pretrain_run(run_dir: Path) -> tuple[PretrainConfig, dict]:
-    """(config, the whole training.json) of an existing pretraining run folder."""
-    try:
-        record = json.loads((run_dir / "training.json").read_text(encoding="utf-8"))
-        if record.get("kind") != RUN_KIND:
-            raise ValueError("training.json is not a pretraining run's (an `elmokit train` folder?)")
-        return PretrainConfig.from_dict(record["pretraining"]), record
-    except (OSError, KeyError, json.JSONDecodeError, ValueError, TypeError) as error:
-        raise RunError(f"{run_dir}: not a readable elmokit pretraining run folder ({error})") from None
+def open_pretrain_run(run_dir: str | os.PathLike, resume: bool) -> tuple[RunFolder, PretrainConfig | None]:
+    """The run folder (opened once; refused when it does not fit) and, when it holds a run, that run's config."""
+    folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
+    return folder, (folder.saved("pretraining", PretrainConfig.from_dict) if folder.record is not None else None)
 
 
 def pretrain(
@@ -244,19 +217,23 @@ def pretrain(
     context: DistributedContext | None = None,
     init_method: str | None = None,
     dist_timeout_s: float = 300.0,
+    folder: RunFolder | None = None,
 ) -> PretrainResult:
-    """Pretrain (or resume) ``config.objective`` on ``corpus`` into ``run_dir``. See the module docstring."""
+    """Pretrain (or resume) ``config.objective`` on ``corpus`` into ``run_dir``. See the module docstring.
+    ``folder``: the run folder as ``open_pretrain_run`` opened it (opened here when not given)."""
     run_dir = Path(run_dir)
     corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else [os.fspath(c) for c in corpus]
+    if folder is None or folder.path != run_dir:
+        folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
     context = context or DistributedContext.from_environment()
     torch_device = context.device(device)
     context.init_process_group(torch_device, init_method=init_method, timeout_s=dist_timeout_s)
     try:
-        run = _PretrainRun(run_dir, corpus, config, resume, command, torch_device, progress, context)
-        if resume:
+        run = _PretrainRun(folder, corpus, config, command, torch_device, progress, context)
+        if folder.resuming:
             run.resume()
         run.loop()
-        run.save_final()
+        run.steps.save_final()
         return run.export()
     finally:
         context.destroy()
@@ -284,24 +261,25 @@ class _PretrainRun:
     """One call of ``pretrain``: set up (run folder, tokenizer, model, objective, optimizer), resume, loop,
     save, export."""
 
-    def __init__(self, run_dir: Path, corpus: list[str], config: PretrainConfig, resume: bool, command: str | None,
+    def __init__(self, folder: RunFolder, corpus: list[str], config: PretrainConfig, command: str | None,
                  device: torch.device, progress: bool, context: DistributedContext) -> None:
-        self.run_dir, self.config, self.device, self.progress, self.context = run_dir, config, device, progress, context
+        run_dir = folder.path
+        self.folder, self.run_dir, self.config, self.device, self.progress, self.context = (
+            folder, run_dir, config, device, progress, context)
         self.checkpoints = run_dir / "checkpoints"
         self.spec = OBJECTIVES[config.objective]
         files = expand_patterns(corpus)  # CorpusError naming the pattern
-        exists = (run_dir / "training.json").exists()
+        if next(_tokenizer_lines(files, 1), None) is None:  # before anything is written
+            raise CorpusError(f"corpus {', '.join(corpus)}: no text to pretrain on (every line is blank); fix: give "
+                              "text files, one paragraph a line")
+        corpus_files = corpus_files_record(files)
+        if folder.resuming:
+            self._check_resume_compatible(corpus, corpus_files)
         context.barrier()  # every rank has looked before the main rank writes
-        if exists and not resume:
-            raise RunError(f"{run_dir}: already holds a run; pass --resume to continue it, or choose another --out")
-        if resume and not exists:
-            raise RunError(f"{run_dir}: no such run folder to resume (no training.json); start it without --resume")
-        if exists:
-            self._check_resume_compatible(corpus)
         tokenizer_dir = run_dir / "tokenizer"
         if context.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            if not exists:
+            if not folder.resuming:
                 self._make_tokenizer(files, tokenizer_dir)
         context.barrier()
 
@@ -309,51 +287,48 @@ class _PretrainRun:
         self.stream = ExampleStream(corpus, tokenizer=self.tokenizer, reader=self.spec.examples,
                                     max_tokens=config.example_tokens, seed=config.seed, rows=config.batch_size)
         self._build(config)
-        command = command or " ".join(shlex.quote(a) for a in sys.argv)
+        self.record = folder.record if folder.resuming else self._record(tokenizer_dir, corpus_files)
         if context.is_main:
-            record_command(run_dir, command, context.world_size)
-            if exists:
-                self.record = json.loads((run_dir / "training.json").read_text(encoding="utf-8"))
-            else:
-                self.record = self._record(tokenizer_dir)
-                self._write_record()
-                with atomic_path(run_dir / "config.json") as tmp:
-                    Path(tmp).write_text(self.model.config.to_json_string(), encoding="utf-8")
+            folder.start(command or " ".join(shlex.quote(a) for a in sys.argv), context.world_size, self.record,
+                         {"config.json": self.model.config.to_json_string()})
         context.barrier()
-        self.need_flops = not self._record_has_flops()  # decided once, on every rank alike
-        self.step, self.tokens, self.elapsed_before, self.position, self.skipped = 0, 0, 0.0, Position(), 0
+        self.need_flops = "flops" not in self.record  # decided once, on every rank alike
+        self.position = Position()
         self.cpu_s = 0.0  # CPU-seconds of the training steps, over resumes (module docstring: compute budget)
         self.mask_rng = np.random.default_rng([config.seed, 0x3A5C])
         self.metrics = MetricsLog(run_dir / "metrics.jsonl", context.is_main)
-        self.last_saved = 0
+        self.steps = StepLoop(
+            batches=iter(()), step_fn=self._step, save=self.save, metrics=self.metrics,
+            checkpoints=self.checkpoints, max_steps=config.max_steps, epochs=config.epochs, log_every=config.log_every,
+            checkpoint_every=config.checkpoint_every, skip_nonfinite_steps=config.skip_nonfinite_steps,
+            fix=f"lower --lr (now {config.lr})", progress=progress, is_main=context.is_main, desc="pretraining",
+            on_step=lambda outcome: {"lr": learning_rate(config, self.steps.step), "cpu_s": round(self.cpu_s, 6)},
+            should_stop=self._over_budget if config.max_seconds is not None else None,
+        )
 
     # ---- setup
 
-    def _check_resume_compatible(self, corpus: list[str]) -> None:
-        saved, record = read_pretrain_run(self.run_dir)
-        problems = [f"{name}: saved {value!r}, requested {getattr(self.config, name)!r}"
-                    for name, value in vars(saved).items()
-                    if name not in RESUMABLE_CHANGES and getattr(self.config, name) != value]
+    def _check_resume_compatible(self, corpus: list[str], corpus_files: list[dict]) -> None:
+        folder = self.folder
+        record = folder.record
+        problems = resume_differences(folder.saved("pretraining", PretrainConfig.from_dict), self.config)
         if record.get("corpus", {}).get("patterns") != corpus:
             problems.append(f"corpus: saved {record.get('corpus', {}).get('patterns')}, requested {corpus}")
-        if problems:
-            raise RunError(f"{self.run_dir}: --resume asks for a different run: " + "; ".join(problems)
-                           + ". Fix: resume with the same settings (only " + ", ".join(sorted(RESUMABLE_CHANGES))
-                           + " may change), or pretrain into a new --out folder.")
+        else:
+            problems += corpus_differences(record["corpus"].get("files", []), corpus_files)
+        folder.refuse_if(problems, PretrainConfig)
 
     def _make_tokenizer(self, files: list[Path], target: Path) -> None:
         """The run's tokenizer folder: a copy of ``tokenizer_dir`` or one trained on the corpus (written aside, renamed)."""
         config, kind = self.config, self.spec.tokenizer
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(target, ignore_errors=True)  # from a start killed before training.json was written
-        try:
+        if config.tokenizer_dir and not (Path(config.tokenizer_dir) / "tokenizer.json").exists():
+            raise RunError(f"--tokenizer {config.tokenizer_dir}: no tokenizer.json there; give a folder saved by "
+                           "transformers' save_pretrained (or leave --tokenizer out to train one)")
+        with atomic_directory(target) as tmp:  # replaces the tokenizer of an earlier start that failed
             if config.tokenizer_dir:
-                source = Path(config.tokenizer_dir)
-                if not (source / "tokenizer.json").exists():
-                    raise RunError(f"--tokenizer {source}: no tokenizer.json there; give a folder saved by "
-                                   "transformers' save_pretrained (or leave --tokenizer out to train one)")
-                shutil.copytree(source, tmp)
+                for source in Path(config.tokenizer_dir).iterdir():
+                    if source.is_file():
+                        (tmp / source.name).write_bytes(source.read_bytes())
             else:
                 lines = _tokenizer_lines(files, config.tokenizer_lines)
                 positions = config.example_tokens
@@ -362,10 +337,6 @@ class _PretrainRun:
                 else:
                     train_byte_bpe(lines, tmp, vocab_size=config.vocab_size, template=TOKENIZER_TEMPLATES[kind],
                                    model_max_length=positions)
-            os.rename(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
 
     def _build(self, config: PretrainConfig) -> None:
         """Model (seeded, identical on every rank), the objective's modules (seeded), AdamW, per-rank dropout RNG."""
@@ -402,7 +373,7 @@ class _PretrainRun:
             lr=config.lr, betas=(0.9, config.beta2), eps=config.eps)
         torch.manual_seed(config.seed * 1_000_003 + self.context.rank)
 
-    def _record(self, tokenizer_dir: Path) -> dict:
+    def _record(self, tokenizer_dir: Path, corpus_files: list[dict]) -> dict:
         import transformers
 
         return {
@@ -412,7 +383,7 @@ class _PretrainRun:
             "model": {"class": type(self.model).__name__, "parameters": sum(p.numel() for p in self.model.parameters()),
                       "non_embedding_parameters": non_embedding_parameters(self.model),
                       "module_parameters": {k: sum(p.numel() for p in m.parameters()) for k, m in self.modules.items()}},
-            "corpus": self.stream.describe(),
+            "corpus": {**self.stream.describe(), "files": corpus_files},
             "tokenizer": {"kind": self.spec.tokenizer, "vocab_size": len(self.tokenizer),
                           "source": self.config.tokenizer_dir or "trained on the corpus",
                           "sha256": _folder_sha256(tokenizer_dir)},
@@ -421,34 +392,23 @@ class _PretrainRun:
         }
 
     def _write_record(self) -> None:
-        with atomic_path(self.run_dir / "training.json") as tmp:
-            Path(tmp).write_text(json.dumps(self.record, indent=2) + "\n", encoding="utf-8")
+        self.folder.write_record(self.record)
 
     # ---- resume
 
     def resume(self) -> None:
-        context = self.context
-        ckpt = latest_good_checkpoint(self.checkpoints, set_aside_bad=context.is_main)
-        context.barrier()  # the main rank has set the bad ones aside
-        if ckpt is None:
-            logger.info("%s: no checkpoint yet; starting from step 0", self.run_dir)
+        found = self.steps.resume(self.optimizer, self.names, self.context, self.device)
+        if found is None:
             return
-        weights, state = read_checkpoint(ckpt, self.optimizer, self.names)
-        for prefix, module in [("model", self.model), *self.modules.items()]:
-            part = {k[len(prefix) + 1:]: v.to(self.device) for k, v in weights.items() if k.startswith(prefix + ".")}
-            module.load_state_dict(part)
-        self.step, self.tokens, self.elapsed_before = state["step"], state["tokens"], state["elapsed_s"]
+        weights, state = found
+        load_module_weights({"model": self.model, **self.modules}, weights, self.device)
         self.position = Position.from_dict(state["position"])
         self.mask_rng.bit_generator.state = state["masking_rng"]
-        self.skipped = state.get("skipped_nonfinite", 0)
         self.cpu_s = float(state.get("cpu_s", 0.0))
         if "objective_state" in state:  # e.g. ERNIE's stage counter
             self.objective.load_state_dict(state["objective_state"])
         if hasattr(self.objective, "load_tensor_state"):  # e.g. XLNet's memory, this rank's
             self._restore_objective_tensors(weights, state)
-        self.last_saved = self.step
-        restore_rng_states(state, context, self.device)
-        logger.info("resuming from %s (step %d, %d tokens)", ckpt, self.step, self.tokens)
 
     # ---- the loop
 
@@ -479,29 +439,21 @@ class _PretrainRun:
 
     def loop(self) -> None:
         context, config = self.context, self.config
+        steps = self.steps
         if context.is_main:
-            truncate_metrics(self.metrics.path, self.step)
+            truncate_metrics(self.metrics.path, steps.step)
         self.model.train()
         for module in self.modules.values():
             module.train()
-        self.steps = StepLoop(
-            batches=self._global_batches(), step_fn=self._step, save=self.save, metrics=self.metrics,
-            checkpoints=self.checkpoints, max_steps=config.max_steps, epochs=config.epochs, log_every=config.log_every,
-            checkpoint_every=config.checkpoint_every, skip_nonfinite_steps=config.skip_nonfinite_steps,
-            fix=f"lower --lr (now {config.lr})", progress=self.progress, is_main=context.is_main,
-            elapsed_before=self.elapsed_before, step=self.step, tokens=self.tokens, skipped=self.skipped,
-            last_loss=last_logged_loss(self.metrics.path) if context.is_main else None,
-            on_step=lambda outcome: {"lr": learning_rate(config, self.steps.step), "cpu_s": round(self.cpu_s, 6)},
-            should_stop=self._over_budget if config.max_seconds is not None else None,
-        )
-        self.steps.run()
-        self.step, self.tokens, self.skipped = self.steps.step, self.steps.tokens, self.steps.skipped
+        steps.batches = self._global_batches()
+        steps.last_loss = last_logged_loss(self.metrics.path) if context.is_main else None
+        steps.run()
         if context.is_main and config.max_seconds is None and "budget" in self.record:
             del self.record["budget"]  # resumed without a budget: the old stop no longer describes the run
             self._write_record()
         if config.max_seconds is not None and context.is_main:
             self.record["budget"] = {"max_seconds": config.max_seconds, "cpu_s": round(self.cpu_s, 6),
-                                     "stopped_by_budget": self.steps.stopped, "step": self.step, "tokens": self.tokens,
+                                     "stopped_by_budget": steps.stopped, "step": steps.step, "tokens": steps.tokens,
                                      "threads": torch.get_num_threads(), "clock": "time.process_time of the steps"}
             self._write_record()
 
@@ -558,18 +510,9 @@ class _PretrainRun:
                 n = parameter.numel()
                 parameter.grad.copy_(flat[offset:offset + n].view_as(parameter))
                 offset += n
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.config.clip_norm))
         targets = int(n_global) if context.enabled else int(out.n_targets)
-        outcome = StepOutcome(loss, grad_norm, tokens, parts, {"targets": targets})
-        if outcome.finite:
-            self.optimizer.step()
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
-        return outcome
-
-    def _record_has_flops(self) -> bool:
-        path = self.run_dir / "training.json"
-        return "flops" in json.loads(path.read_text(encoding="utf-8")) if path.exists() else False
+        return update_if_finite(self.optimizer, self.parameters, self.config.clip_norm, loss, tokens, parts,
+                                {"targets": targets})
 
     def _count_flops(self, part: dict, tokens: int) -> None:
         """FLOPs of one forward + backward on the first global batch (torch.utils.flop_counter), into
@@ -591,13 +534,6 @@ class _PretrainRun:
         self.context.barrier()
 
     # ---- save and export
-
-    def _weights(self) -> dict[str, torch.Tensor]:
-        out = {}
-        for prefix, module in [("model", self.model), *self.modules.items()]:
-            for name, value in module.state_dict().items():
-                out[f"{prefix}.{name}"] = value.detach().clone()  # tied weights apart: safetensors shares nothing
-        return out
 
     def _objective_tensors(self) -> dict[str, torch.Tensor]:
         """Every rank's tensor state of the objective (XLNet's memory) as ``objective.rank{r}.{name}``; every
@@ -621,63 +557,39 @@ class _PretrainRun:
         self.objective.load_tensor_state(mine)
 
     def save(self) -> None:
-        context = self.context
-        rng_states = gather_rng_states(context, self.device)
+        context, steps = self.context, self.steps
+        state = {**steps.state(context, self.device), "position": self.position.to_dict(),
+                 "masking_rng": self.mask_rng.bit_generator.state, "cpu_s": self.cpu_s,
+                 **({"objective_state": self.objective.state_dict()} if hasattr(self.objective, "state_dict") else {}),
+                 "schedule": {"lr": learning_rate(self.config, steps.step), "warmup_steps": self.config.warmup_steps,
+                              "decay_steps": self.config.decay_steps}}
         objective_tensors = self._objective_tensors()
-        steps = self.steps
         if context.is_main:
-            write_checkpoint(
-                self.checkpoints, steps.step, model_state={**self._weights(), **objective_tensors},
-                optimizer=self.optimizer,
-                param_names=self.names,
-                state={"step": steps.step, "tokens": steps.tokens, "position": self.position.to_dict(),
-                       "masking_rng": self.mask_rng.bit_generator.state, "elapsed_s": steps.elapsed(),
-                       "world_size": context.world_size, **rng_states, "skipped_nonfinite": steps.skipped,
-                       "threads": torch.get_num_threads(), "cpu_s": self.cpu_s,
-                       **({"objective_state": self.objective.state_dict()} if hasattr(self.objective, "state_dict") else {}),
-                       "schedule": {"lr": learning_rate(self.config, steps.step), "warmup_steps": self.config.warmup_steps,
-                                    "decay_steps": self.config.decay_steps}},
-                keep=self.config.keep_checkpoints,
-            )
+            weights = {**module_weights({"model": self.model, **self.modules}), **objective_tensors}
+            write_checkpoint(self.checkpoints, steps.step, model_state=weights, optimizer=self.optimizer,
+                             param_names=self.names, state=state, keep=self.config.keep_checkpoints)
         context.barrier()
-        self.last_saved = steps.step
-
-    def save_final(self) -> None:
-        if self.step != self.last_saved or latest_checkpoint(self.checkpoints) is None:
-            self.save()
 
     def export(self) -> PretrainResult:
         """``model/``: the HF checkpoint folder + tokenizer + model card (main rank), written aside and renamed."""
-        model_dir = None
-        elapsed = self.steps.elapsed()
+        model_dir, steps = None, self.steps
+        elapsed = steps.elapsed()
         if self.context.is_main:
             self.model.eval()
-            target = self.run_dir / "model"
-            tmp = self.run_dir / f".model.tmp-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            try:
+            model_dir = self.run_dir / "model"
+            with atomic_directory(model_dir) as tmp:
                 self.model.save_pretrained(str(tmp))
                 self.tokenizer.save_pretrained(str(tmp))
                 (tmp / "README.md").write_text(self._card(elapsed), encoding="utf-8")
-                if target.exists():
-                    shutil.rmtree(target)
-                os.rename(tmp, target)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            model_dir = target
         self.context.barrier()
-        return PretrainResult(self.step, self.tokens, self.steps.last_loss, self.run_dir, model_dir, elapsed,
-                              self.metrics.history)
+        return steps.result(self.run_dir, model_dir)
 
     def _card(self, elapsed_s: float) -> str:
         config, record = self.config, self.record
         files = record["corpus"]["files"]
         flops = record.get("flops", {})
-        loss = self.steps.last_loss
-        lines = [
-            f"# elmokit {config.objective} (trained with `elmokit pretrain`)",
-            "",
+        loss, steps = self.steps.last_loss, self.steps
+        return model_card(f"elmokit {config.objective} (trained with `elmokit pretrain`)", [
             f"- objective: {config.objective}" + (" + span boundary objective" if config.sbo else "")
             + f": {self.spec.summary}",
             f"- model: `{record['model']['class']}` (transformers {record['transformers']}), preset {config.preset} "
@@ -687,7 +599,8 @@ class _PretrainRun:
             f"({record['tokenizer']['source']})",
             f"- corpus: {', '.join(record['corpus']['patterns'])} ({len(files)} file(s), "
             f"{sum(f['bytes'] for f in files):,} bytes); examples: {self.spec.examples}, at most {config.example_tokens} tokens",
-            f"- training: {self.step:,} steps of {config.batch_size} examples, {self.tokens:,} tokens seen; AdamW lr {config.lr} "
+            f"- training: {steps.step:,} steps of {config.batch_size} examples, {steps.tokens:,} tokens seen; "
+            f"AdamW lr {config.lr} "
             f"(warmup {config.warmup_steps}, linear decay over {config.decay_steps}), weight decay {config.weight_decay}, "
             f"clip {config.clip_norm}; seed {config.seed}; {record['world_size']} process(es); "
             f"wall time {elapsed_s / 60:.1f} min, {self.cpu_s:.1f} CPU-seconds of training steps"
@@ -696,8 +609,4 @@ class _PretrainRun:
             f"- FLOPs of the first step (forward + backward): {flops['forward_backward_first_step']:,}"
             if flops else "- FLOPs: not measured",
             "- load: `elmokit.Embedder.load(DIR)`, `--model DIR`, or transformers' `AutoModel.from_pretrained(DIR)`",
-            "- command(s):",
-            *[f"  - `{c}`" for c in read_commands(self.run_dir)],
-            "",
-        ]
-        return "\n".join(lines)
+        ], self.run_dir)

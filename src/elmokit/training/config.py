@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from elmokit.configs import config_from_dict
+from elmokit.engine.run_folder import resumable
 from elmokit.training.data import make_tokenizer  # the recorded form, complete (e.g. the regex itself)
 
 logger = logging.getLogger(__name__)
@@ -34,18 +35,15 @@ logger = logging.getLogger(__name__)
 # The plateau rule may be switched on (or changed) for the rest of a run: it acts from the next
 # validation on, starting from the learning rate the checkpoint saved; the run record keeps the new rule.
 SCHEDULE_FIELDS = ("lr_decay", "lr_decay_min_gain")
-# Fields that may differ when a run is resumed (all but the plateau rule leave every step's computation as it was).
-RESUMABLE_CHANGES = frozenset({
-    "max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every",
-    "valid_corpus", "valid_every", "valid_sentences", "skip_nonfinite_steps", *SCHEDULE_FIELDS,
-})
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
     """How to train. Saved as ``training.json`` in the run folder (with ``format_version``).
 
-    Batches are global: under data parallelism they are split over the ranks.
+    Batches are global: under data parallelism they are split over the ranks. Fields declared
+    ``resumable()`` may differ when a run is resumed (all but the plateau rule leave every step's
+    computation as it was).
     """
 
     # 2: added optimizer, lr_decay, lr_decay_min_gain (missing in version-1 files: Adagrad, no decay).
@@ -66,8 +64,8 @@ class TrainingConfig:
     lr: float = 0.2
     initial_accumulator: float = 1.0  # Adagrad only
     # plateau decay at each validation (needs valid_corpus); 1.0 = the learning rate never changes
-    lr_decay: float = 1.0
-    lr_decay_min_gain: float = 1.0  # perplexity points a validation must gain on the previous one
+    lr_decay: float = resumable(1.0)
+    lr_decay_min_gain: float = resumable(1.0)  # perplexity points a validation must gain on the previous one
     clip_norm: float = 10.0
     loss_scale: float = 20.0
     # softmax
@@ -75,20 +73,20 @@ class TrainingConfig:
     n_negative_samples: int = 8192
     # run
     seed: int = 0
-    max_steps: int | None = None
-    epochs: int | None = None
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    skip_nonfinite_steps: int = 0  # skip up to this many steps whose loss or gradient is NaN/inf; then stop
+    max_steps: int | None = resumable(None)
+    epochs: int | None = resumable(None)
+    checkpoint_every: int = resumable(1000)
+    keep_checkpoints: int = resumable(2)
+    log_every: int = resumable(10)
+    skip_nonfinite_steps: int = resumable(0)  # skip up to this many steps whose loss or gradient is NaN/inf; then stop
     # start from a trained model folder's weights (biLM + softmax) instead of random ones: bilm-tf's
     # bin/restart.py. The optimizer starts fresh (a model folder keeps no Adagrad accumulators).
     init_from: str | None = None
     bf16: bool = False  # autocast the forward pass to bfloat16 (GPU; CPU works but is optional)
     # held-out perplexity (full softmax) every valid_every steps, on the first valid_sentences
-    valid_corpus: list[str] | None = None
-    valid_every: int = 1000
-    valid_sentences: int = 1000
+    valid_corpus: list[str] | None = resumable(None)
+    valid_every: int = resumable(1000)
+    valid_sentences: int = resumable(1000)
 
     def __post_init__(self) -> None:
         if self.batch_tokens is None and self.batch_size < 1:

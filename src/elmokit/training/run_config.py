@@ -26,10 +26,10 @@ from elmokit.bilm import PRESETS, BiLMConfig
 from elmokit.errors import UserError
 from elmokit.formats import ModelFolderError, recorded_tokenizer, resolve_model_path
 from elmokit.formats.bilm_hdf5 import config_from_options
+from elmokit.lm import LM_WEIGHTS_NAME, VOCAB_NAME
+from elmokit.text.vocab import Vocabulary
 from elmokit.training.config import TrainingConfig
-from elmokit.training.lm import LM_WEIGHTS_NAME, VOCAB_NAME
-from elmokit.training.trainer import RunError, read_run
-from elmokit.training.vocab import Vocabulary
+from elmokit.training.trainer import RUN_KIND, RunFolder, saved_configs
 
 __all__ = ["ConfigError", "RunConfig", "resolve_run_config", "load_model_config_file"]
 
@@ -44,10 +44,12 @@ class RunConfig:
     training: TrainingConfig
     corpus: list[str]
     vocab: str
+    folder: Any = dataclasses.field(default=None, compare=False, repr=False)  # the run folder, opened (and read) once
 
     def train_arguments(self) -> dict[str, Any]:
         """Keyword arguments of ``trainer.train`` (with ``run_dir`` and ``resume`` beside)."""
-        return {"corpus": self.corpus, "vocab": self.vocab, "model_config": self.model_config, "training": self.training}
+        return {"corpus": self.corpus, "vocab": self.vocab, "model_config": self.model_config, "training": self.training,
+                "folder": self.folder}
 
 
 def load_model_config_file(path: str | os.PathLike) -> BiLMConfig:
@@ -69,17 +71,11 @@ def load_model_config_file(path: str | os.PathLike) -> BiLMConfig:
 
 
 def _saved_run(run_dir: Path, resume: bool):
-    """(model config, training config, training.json) of the run being resumed, or None."""
-    if not resume:
-        return None
-    if not run_dir.exists():
-        raise RunError(f"{run_dir}: no such run folder, so there is nothing to resume. Fix: check the --out path, "
-                       "or drop --resume to start a new run there")
-    if not run_dir.is_dir():
-        raise RunError(f"{run_dir}: not a folder; --out names a run folder")
-    if not (run_dir / "training.json").exists():
-        return None  # a folder made for a run that has not started (e.g. by hand): start it
-    return read_run(run_dir)
+    """(the run folder, opened once; (model config, training config, training.json) of its run when resumed, or None)."""
+    folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
+    if not resume or folder.record is None:
+        return folder, None  # nothing to resume (a folder made for a run that has not started): start it
+    return folder, saved_configs(folder)
 
 
 def _model_config(preset: str | None, config: str | os.PathLike | BiLMConfig | None, saved) -> BiLMConfig:
@@ -108,7 +104,9 @@ def _split_sets(sets: dict[str, Any]) -> tuple[dict, dict]:
     return ({k: v for k, v in sets.items() if k in model_fields}, {k: v for k, v in sets.items() if k in training_fields})
 
 
-def _tokenizer(requested: dict | None, saved: dict | None) -> dict:
+def merge_tokenizer_spec(requested: dict | None, saved: dict | None) -> dict:
+    """The tokenizer fields ``requested`` laid over ``saved`` (or the default whitespace spec); another kind
+    starts from that kind's own defaults."""
     base = dict(saved or {"kind": "whitespace", "lowercase": False})
     if not requested:
         return base
@@ -144,10 +142,10 @@ def resolve_run_config(
     ``init_from`` (a model folder written by ``elmokit train``, or a shipped name such as ``default``)
     starts a new run from that model's weights; the architecture, the vocabulary and the tokenizer
     then default to the model's own, and must equal them when given.
-    Raises ConfigError (a bad setting) or trainer.RunError (``resume`` of a missing folder).
+    Raises ConfigError (a bad setting) or RunError (a run folder the request does not fit).
     """
     run_dir = Path(run_dir)
-    saved = _saved_run(run_dir, resume)
+    folder, saved = _saved_run(run_dir, resume)
     start = _start_model(init_from) if init_from is not None else None
     if start is not None and not (preset or config):
         config = start["config"]
@@ -165,7 +163,7 @@ def resolve_run_config(
         values["init_from"] = os.fspath(init_from)
         values.setdefault("tokenizer", start["tokenizer"])
     try:
-        values["tokenizer"] = _tokenizer(tokenizer, values.get("tokenizer"))
+        values["tokenizer"] = merge_tokenizer_spec(tokenizer, values.get("tokenizer"))
         resolved = TrainingConfig(**values)
     except (TypeError, ValueError) as error:
         raise ConfigError(str(error)) from None
@@ -178,7 +176,7 @@ def resolve_run_config(
         raise ConfigError("give --corpus and --vocab (or --resume an existing run folder)")
     if start is not None:
         _check_start_model(start, model_config, resolved, vocab)
-    return RunConfig(model_config, resolved, corpus, vocab)
+    return RunConfig(model_config, resolved, corpus, vocab, folder)
 
 
 def _start_model(init_from: str | os.PathLike) -> dict:

@@ -1,7 +1,7 @@
 """How pretrained models are transferred to task models (DESIGN.md, layout): one module per
 recipe, each a real option of the task commands (``--recipe``).
 
-* :mod:`elmokit.transfer.schedules`: slanted triangular learning rates and discriminative
+* :mod:`elmokit.engine.schedules`: slanted triangular learning rates and discriminative
   per-layer rates (Howard & Ruder 2018, eq. 2 and 3), plain functions of the step.
 * :mod:`elmokit.transfer.ulmfit`: ULMFiT on elmokit's LSTM language models: target-task LM
   fine-tuning, the concat-pooling classifier, gradual unfreezing, forward + backward averaging.

@@ -8,16 +8,10 @@ Plain files train whole; ``--valid-src/--valid-tgt`` add a validation pair. Text
 regex ``\\w+|[^\\w\\s]``; the source side is lowercased when the vectors are (GloVe here is),
 the target side when ``lowercase_target`` (default; BLEU is then lowercased BLEU).
 
-Run folder (the trainer's layout, ``training/trainer.py``)::
-
-    command.txt        every command that ran here, with the time
-    config.json        CoveConfig
-    training.json      CoveTrainingConfig, the data files and their split sizes, the vectors' sha256
-    target_vocab.txt   the target vocabulary (<pad> <unk> <s> </s> first)
-    metrics.jsonl      one JSON object per logged step / validation
-    checkpoints/       step_XXXXXXXX/ from ``training/checkpoint.py``: atomic, SHA256SUMS, finite weights only
-    model/             at the end: the model folder of ``cove.py`` (with the frozen vectors)
-    bleu.json          BLEU on the held-out splits (sacrebleu), with hypotheses in <split>.hyp.txt
+Run folder: the engine's (``engine/run_folder.py``, the loop ``StepLoop``); beside its record and metrics
+it holds ``config.json`` (CoveConfig), ``target_vocab.txt`` (<pad> <unk> <s> </s> first), and at the end
+``model/`` (``cove.py``'s folder, with the frozen vectors) and ``bleu.json`` (sacrebleu on the held-out
+splits, hypotheses in ``<split>.hyp.txt``). ``training.json`` fingerprints the parallel files and the vectors.
 
 Exactness. The initial weights come from the seed; batch order from (seed, epoch); the data
 position, Adam's moments and the torch RNG (dropout) are in each checkpoint. So N steps equal
@@ -27,17 +21,15 @@ N/2 steps, a stop, ``--resume`` and N/2 more, bit for bit on the same machine an
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import logging
 import math
 import os
 import re
-import shlex
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -46,20 +38,21 @@ import numpy as np
 import torch
 
 from elmokit.configs import config_from_dict
+from elmokit.engine.checkpoint import file_sha256, write_checkpoint
+from elmokit.engine.distributed import DistributedContext
+from elmokit.engine.run_folder import (
+    MetricsLog,
+    RunFolder,
+    model_card,
+    resumable,
+    resume_differences,
+    truncate_metrics,
+)
+from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
 from elmokit.errors import InputNotFound
 from elmokit.io import atomic_path
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Tokenizer, open_text
-from elmokit.training.checkpoint import (
-    decode_rng,
-    encode_rng,
-    file_sha256,
-    latest_good_checkpoint,
-    read_checkpoint,
-    write_checkpoint,
-)
-from elmokit.training.loop import progress_bar, truncate_metrics
-from elmokit.training.trainer import RunError
 from elmokit.transfer.cove import (
     BOS,
     EOS,
@@ -75,7 +68,7 @@ from elmokit.transfer.cove import (
 logger = logging.getLogger(__name__)
 
 VERSE_ID = re.compile(r"^(\d\d)\.\d{3}\.\d{3}$")
-RESUMABLE_CHANGES = frozenset({"max_steps", "epochs", "checkpoint_every", "keep_checkpoints", "log_every", "valid_every"})
+RUN_KIND = "cove train"
 
 
 class ParallelDataError(CoveError):
@@ -87,7 +80,8 @@ class ParallelDataError(CoveError):
 
 @dataclass(frozen=True, kw_only=True)
 class CoveTrainingConfig:
-    """How to train. Saved in ``training.json``. Stop at ``max_steps`` or after ``epochs`` (either may be None)."""
+    """How to train. Saved in ``training.json``. Stop at ``max_steps`` or after ``epochs`` (either may be None).
+    Fields declared ``resumable()`` may differ when a run is resumed."""
 
     FORMAT_VERSION: ClassVar[int] = 1
     batch_size: int = 64  # sentence pairs per step
@@ -100,18 +94,21 @@ class CoveTrainingConfig:
     valid_books: tuple[int, ...] = (45,)
     test_books: tuple[int, ...] = (44,)
     seed: int = 1
-    max_steps: int | None = None
-    epochs: int | None = None
-    checkpoint_every: int = 500
-    keep_checkpoints: int = 2
-    log_every: int = 50
-    valid_every: int = 500
+    max_steps: int | None = resumable(None)
+    epochs: int | None = resumable(None)
+    checkpoint_every: int = resumable(500)
+    keep_checkpoints: int = resumable(2)
+    log_every: int = resumable(50)
+    valid_every: int = resumable(500)
+    skip_nonfinite_steps: int = resumable(0)  # skip up to this many steps whose loss or gradient is NaN/inf; then stop
 
     def __post_init__(self):
         for name in ("batch_size", "max_length", "target_vocab_size", "target_min_count", "checkpoint_every",
                      "keep_checkpoints", "log_every", "valid_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.skip_nonfinite_steps < 0:
+            raise ValueError(f"skip_nonfinite_steps must be >= 0, got {self.skip_nonfinite_steps}")
         if self.max_steps is None and self.epochs is None:
             raise ValueError("give max_steps or epochs (--max-steps N or --epochs N): when to stop")
         object.__setattr__(self, "valid_books", tuple(self.valid_books))
@@ -312,13 +309,8 @@ def evaluate_bleu(model_dir: str | os.PathLike, splits: dict[str, ParallelSplit]
 
 
 @dataclass
-class CoveTrainResult:
-    step: int
-    run_dir: Path
-    model_dir: Path
-    last_loss: float | None
-    elapsed_s: float
-    bleu: dict | None
+class CoveTrainResult(RunResult):
+    bleu: dict | None = None  # BLEU per held-out split
 
 
 def load_vectors(path: str | os.PathLike, *, limit: int | None = None):
@@ -343,10 +335,14 @@ def train_cove(
     bleu: bool = True,
     command: str | None = None,
     progress: bool = True,
+    folder: RunFolder | None = None,
 ) -> CoveTrainResult:
     """Train (or resume) the CoVe MT model into ``run_dir`` (see the module doc); ``config``'s
-    ``input_dim``, ``target_vocab_size`` and ``source_lowercase`` are set from the vectors and data."""
+    ``input_dim``, ``target_vocab_size`` and ``source_lowercase`` are set from the vectors and data.
+    ``folder``: the run folder as the caller opened it (opened here when not given)."""
     run_dir = Path(run_dir)
+    if folder is None or folder.path != run_dir:
+        folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
     table = load_vectors(vectors, limit=max_vectors)
     config = config.replace(input_dim=table.dim, source_lowercase=table.lowercase)
     splits = read_parallel(src, tgt, source_lowercase=table.lowercase, target_lowercase=training.lowercase_target,
@@ -360,7 +356,7 @@ def train_cove(
     keep = [i for i in range(len(train_split))
             if len(train_split.source[i]) <= training.max_length and len(train_split.target[i]) <= training.max_length]
     target_path = run_dir / "target_vocab.txt"
-    if resume and target_path.is_file():
+    if folder.resuming and target_path.is_file():
         target_words = target_path.read_text(encoding="utf-8").split("\n")[:-1]
     else:
         target_words = build_target_vocabulary([train_split.target[i] for i in keep], size=training.target_vocab_size,
@@ -373,113 +369,72 @@ def train_cove(
     valid_pairs = EncodedPairs.encode(splits["valid"], source_index, target_index) if "valid" in splits else None
     data = {"src": _absolute(src), "tgt": _absolute(tgt), "valid_src": _absolute(valid_src),
             "valid_tgt": _absolute(valid_tgt), "format": "verses" if "test" in splits else "lines",
+            "src_sha256": file_sha256(Path(src)), "tgt_sha256": file_sha256(Path(tgt)),
             "pairs": {name: len(split) for name, split in splits.items()}, "train_pairs_used": len(keep),
             "vectors": {"path": _absolute(vectors), "words": len(table.words), "dim": table.dim,
                         "sha256": file_sha256(_vector_file(vectors)), "lowercase": table.lowercase, "limit": max_vectors},
             "source_coverage": _coverage(train_split.source, source_index),
             "target_coverage": _coverage(train_split.target, target_index)}
-    _open_run_folder(run_dir, config, training, data, target_words, resume, command)
+    _open_run_folder(folder, config, training, data, target_words, command)
 
+    context, device = DistributedContext(), torch.device("cpu")
     torch.manual_seed(training.seed)
     model = CoveModel(config, torch.from_numpy(table.vectors))
     names = [name for name, _ in model.named_parameters()]
     optimizer = torch.optim.Adam(model.parameters(), lr=training.lr)
     torch.manual_seed(training.seed * 1_000_003 + 1)  # dropout's stream, apart from the initial weights'
-    step, epoch, batch_index, elapsed_before = 0, 0, 0, 0.0
+    position = {"epoch": 0, "batch": 0}  # the next batch of the epoch's plan
     checkpoints = run_dir / "checkpoints"
-    if resume:
-        ckpt = latest_good_checkpoint(checkpoints)
-        if ckpt is not None:
-            model_state, state = read_checkpoint(ckpt, optimizer, names)
-            model.load_state_dict(model_state)
-            step, epoch, batch_index = state["step"], state["position"]["epoch"], state["position"]["batch"]
-            elapsed_before = state["elapsed_s"]
-            torch.set_rng_state(decode_rng(state["rng"][0]))
-            if state.get("threads") not in (None, torch.get_num_threads()):
-                logger.warning("the checkpoint was written with %s CPU threads, this run uses %d: the weights will not "
-                               "be bit-identical to an uninterrupted run", state["threads"], torch.get_num_threads())
-            logger.info("resuming from %s (step %d)", ckpt, step)
-    truncate_metrics(run_dir / "metrics.jsonl", step)
+    metrics = MetricsLog(run_dir / "metrics.jsonl")
     lengths = [len(s) + len(t) for s, t in zip(train_pairs.source, train_pairs.target)]
-    started = time.perf_counter()
-    last_saved, last_loss = step, None
-    window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
-    bar = progress_bar(progress, training.max_steps, step)
-    plan, plan_epoch = [], -1
 
-    def elapsed() -> float:
-        return elapsed_before + time.perf_counter() - started
-
-    def save() -> None:
-        write_checkpoint(checkpoints, step, model_state=model.state_dict(), optimizer=optimizer, param_names=names,
-                         state={"step": step, "position": {"epoch": epoch, "batch": batch_index}, "elapsed_s": elapsed(),
-                                "world_size": 1, "rng": [encode_rng(torch.get_rng_state())],
-                                "threads": torch.get_num_threads()},
-                         keep=training.keep_checkpoints)
-
-    def write_metrics(entry: dict) -> None:
-        with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
-
-    model.train()
-    while training.max_steps is None or step < training.max_steps:
-        if training.epochs is not None and epoch >= training.epochs:
-            break
-        if plan_epoch != epoch:
-            plan, plan_epoch = epoch_batches(lengths, training.batch_size, seed=training.seed, epoch=epoch), epoch
-        if batch_index >= len(plan):
-            epoch, batch_index = epoch + 1, 0
-            continue
-        batch = make_batch(train_pairs, plan[batch_index])
-        batch_index += 1
-        step += 1
+    def step_fn(indices: list[int], step: int) -> StepOutcome:
+        batch = make_batch(train_pairs, indices)
+        position["batch"] += 1
         total, n_tokens = model.loss(**batch)
         optimizer.zero_grad(set_to_none=True)
         (total / n_tokens).backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm))
         loss = total.item() / n_tokens
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            raise RunError(f"step {step}: non-finite loss or gradient ({loss}, {grad_norm}); the checkpoints already "
-                           f"written are kept. Fix: lower --lr (now {training.lr}), then --resume")
-        optimizer.step()
-        last_loss = loss
-        window_tokens, window_loss = window_tokens + n_tokens, window_loss + total.item()
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-        if step % training.log_every == 0 or step == training.max_steps:
-            now = time.perf_counter()
-            mean = window_loss / window_tokens
-            entry = {"step": step, "epoch": epoch, "loss": mean, "ppl": math.exp(min(mean, 700)),
-                     "grad_norm": grad_norm, "target_tokens_per_s": window_tokens / max(now - window_start, 1e-9),
-                     "elapsed_s": round(elapsed(), 3)}
-            write_metrics(entry)
-            if bar is None:
-                logger.info("step %d  epoch %d  loss %.4f  ppl %.1f  %.0f target tok/s", step, epoch, entry["loss"],
-                            entry["ppl"], entry["target_tokens_per_s"])
-            window_tokens, window_loss, window_start = 0, 0.0, now
+        return update_if_finite(optimizer, model.parameters(), training.clip_norm, loss, int(n_tokens),
+                                {"ppl": math.exp(min(loss, 700))})
+
+    def validate(step: int) -> None:
         if valid_pairs is not None and step % training.valid_every == 0:
             valid_loss = validation_loss(model, valid_pairs, training.batch_size)
-            write_metrics({"step": step, "valid_loss": valid_loss, "valid_ppl": math.exp(min(valid_loss, 700))})
+            metrics.write({"step": step, "valid_loss": valid_loss, "valid_ppl": math.exp(min(valid_loss, 700))})
             logger.info("step %d  valid loss %.4f  ppl %.1f", step, valid_loss, math.exp(min(valid_loss, 700)))
-        if step % training.checkpoint_every == 0:
-            save()
-            last_saved = step
-    if bar is not None:
-        bar.close()
-    if step != last_saved or latest_good_checkpoint(checkpoints) is None:
-        save()
+
+    def save() -> None:
+        write_checkpoint(checkpoints, steps.step, model_state=model.state_dict(), optimizer=optimizer, param_names=names,
+                         state={**steps.state(context, device), "position": dict(position)},
+                         keep=training.keep_checkpoints)
+
+    def plan(epoch: int) -> list[list[int]]:
+        return epoch_batches(lengths, training.batch_size, seed=training.seed, epoch=epoch)
+
+    steps = StepLoop(batches=planned_batches(plan, position), step_fn=step_fn, save=save, metrics=metrics,
+                     checkpoints=checkpoints, max_steps=training.max_steps, epochs=training.epochs, log_every=training.log_every,
+                     checkpoint_every=training.checkpoint_every, skip_nonfinite_steps=training.skip_nonfinite_steps,
+                     fix=f"lower --lr (now {training.lr})", progress=progress, after_step=validate)
+    found = steps.resume(optimizer, names, context, device) if folder.resuming else None
+    if found is not None:
+        model.load_state_dict(found[0])
+        position.update(found[1]["position"])
+    truncate_metrics(metrics.path, steps.step)
+    model.train()
+    steps.run()
+    steps.save_final()
     model.eval()
-    commands = [line.split("  ", 1)[-1] for line in (run_dir / "command.txt").read_text(encoding="utf-8").splitlines()]
-    model_dir = save_cove_model(run_dir / "model", model, table.words, target_words,
-                                card=_card(config, training, data, step, elapsed(), last_loss, commands))
+    card = model_card("elmokit CoVe MT-LSTM (trained with `elmokit cove train`)",
+                      _card_lines(config, training, data, steps.step, steps.elapsed(), steps.last_loss), run_dir)
+    model_dir = save_cove_model(run_dir / "model", model, table.words, target_words, card=card)
     results = None
     if bleu:
         held_out = {name: split for name, split in splits.items() if name != "train"}
         if held_out:
             results = evaluate_bleu(model_dir, held_out, batch_size=training.batch_size, out_dir=run_dir)
-            write_bleu(run_dir, results, step)
-    return CoveTrainResult(step, run_dir, model_dir, last_loss, elapsed(), results)
+            write_bleu(run_dir, results, steps.step)
+    return CoveTrainResult(**vars(steps.result(run_dir, model_dir)), bleu=results)
 
 
 def write_bleu(run_dir: Path, results: dict, step: int) -> None:
@@ -525,56 +480,33 @@ def _coverage(sentences: Sequence[Sequence[str]], index: dict[str, int]) -> floa
     return round(sum(w in index for w in tokens) / max(len(tokens), 1), 4)
 
 
-def _open_run_folder(run_dir: Path, config: CoveConfig, training: CoveTrainingConfig, data: dict,
-                     target_words: list[str], resume: bool, command: str | None) -> None:
-    exists = (run_dir / "training.json").exists()
-    if exists and not resume:
-        raise RunError(f"{run_dir}: already holds a run; pass --resume to continue it, or choose another --out")
-    if resume and not run_dir.is_dir():
-        raise RunError(f"{run_dir}: no such run folder, so there is nothing to resume. Fix: check --out, or drop --resume")
-    if exists:
-        try:
-            saved_config = CoveConfig.from_dict(json.loads((run_dir / "config.json").read_text(encoding="utf-8")))
-            record = json.loads((run_dir / "training.json").read_text(encoding="utf-8"))
-            saved_training = CoveTrainingConfig.from_dict(record["training"])
-        except (OSError, KeyError, ValueError, TypeError) as error:
-            raise RunError(f"{run_dir}: not a readable CoVe run folder ({error})") from None
-        problems = []
-        if saved_config != config:
-            problems.append("model config differs: " + ", ".join(
-                f"{k} saved {v!r}, requested {getattr(config, k)!r}" for k, v in vars(saved_config).items()
-                if getattr(config, k) != v))
-        problems += [f"training.{k}: saved {v!r}, requested {getattr(training, k)!r}" for k, v in vars(saved_training).items()
-                     if k not in RESUMABLE_CHANGES and getattr(training, k) != v]
+def _open_run_folder(folder: RunFolder, config: CoveConfig, training: CoveTrainingConfig, data: dict,
+                     target_words: list[str], command: str | None) -> None:
+    record = {"format_version": 1, "kind": RUN_KIND, "training": training.to_dict(), "data": data,
+              "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if folder.resuming:
+        saved = folder.record
+        problems = resume_differences(folder.saved("config.json", CoveConfig.from_dict), config, "model.")
+        problems += resume_differences(folder.saved("training", CoveTrainingConfig.from_dict), training, "training.")
         for key in ("src", "tgt", "valid_src", "valid_tgt"):
-            if record["data"].get(key) != data.get(key):
-                problems.append(f"{key}: saved {record['data'].get(key)}, requested {data.get(key)}")
-        if record["data"]["vectors"]["sha256"] != data["vectors"]["sha256"]:
+            if saved["data"].get(key) != data.get(key):
+                problems.append(f"{key}: saved {saved['data'].get(key)}, requested {data.get(key)}")
+        if saved["data"]["vectors"]["sha256"] != data["vectors"]["sha256"]:
             problems.append("the vectors file's content differs from the run's")
-        if problems:
-            raise RunError(f"{run_dir}: --resume asks for a different run: " + "; ".join(problems)
-                           + ". Fix: resume with the same settings (only " + ", ".join(sorted(RESUMABLE_CHANGES))
-                           + " may change), or train into a new --out folder")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now().isoformat(timespec="seconds")
-    with open(run_dir / "command.txt", "a", encoding="utf-8") as handle:
-        handle.write(f"{stamp}  {command or shlex.join(sys.argv)}\n")
-    record = {"format_version": 1, "training": training.to_dict(), "data": data, "torch": torch.__version__,
-              "threads": torch.get_num_threads()}
-    if exists:  # keep the first record, but the resumable fields as now requested
-        record = {**json.loads((run_dir / "training.json").read_text(encoding="utf-8")), "training": training.to_dict()}
-    for name, text in (("config.json", json.dumps(config.to_dict(), indent=2) + "\n"),
-                       ("training.json", json.dumps(record, indent=2) + "\n"),
-                       ("target_vocab.txt", "".join(w + "\n" for w in target_words))):
-        with atomic_path(run_dir / name) as tmp:
-            Path(tmp).write_text(text, encoding="utf-8")
+        for key in ("src_sha256", "tgt_sha256"):
+            if saved["data"].get(key, data[key]) != data[key]:
+                problems.append(f"{data[key[:3]]}: its content changed since the run read it")
+        folder.refuse_if(problems, CoveTrainingConfig)
+        folder.write_record({**saved, "training": training.to_dict()})  # the resumable fields as now requested
+    folder.start(command or " ".join(sys.argv), 1, record, {
+        "config.json": json.dumps(config.to_dict(), indent=2) + "\n",
+        "target_vocab.txt": "".join(w + "\n" for w in target_words)})
 
 
-def _card(config: CoveConfig, training: CoveTrainingConfig, data: dict, step: int, elapsed_s: float,
-          last_loss: float | None, commands: list[str]) -> str:
+def _card_lines(config: CoveConfig, training: CoveTrainingConfig, data: dict, step: int, elapsed_s: float,
+                last_loss: float | None) -> list[str]:
     pairs = ", ".join(f"{k} {v:,}" for k, v in data["pairs"].items())
-    lines = [
-        "# elmokit CoVe MT-LSTM (trained with `elmokit cove train`)", "",
+    return [
         "McCann et al. (2017): a 2-layer biLSTM encoder over frozen word vectors, trained as the encoder of an "
         "attentional LSTM translation model; its top layer is the CoVe representation (kind `cove`).", "",
         "## Data",
@@ -594,13 +526,4 @@ def _card(config: CoveConfig, training: CoveTrainingConfig, data: dict, step: in
         f"- steps {step:,}, batch {training.batch_size}, Adam lr {training.lr}, clip {training.clip_norm}, seed {training.seed}; "
         f"wall time {elapsed_s / 60:.1f} min; last training loss "
         + (f"{last_loss:.4f}" if last_loss is not None else "n/a"),
-        "- command(s):", *[f"  - `{c}`" for c in commands], "",
     ]
-    return "\n".join(lines)
-
-
-def iter_metrics(run_dir: str | os.PathLike) -> Iterator[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            yield json.loads(line)

@@ -1,6 +1,6 @@
 """ULMFiT (Howard & Ruder 2018, "Universal Language Model Fine-tuning for Text Classification",
 ACL) on elmokit's own LSTM language models: the forward and backward LMs of a biLM with its
-softmax (``elmokit.training.lm.LanguageModel``; the shipped default model carries one).
+softmax (``elmokit.lm.LanguageModel``; the shipped default model carries one).
 
 Legend: B batch, T tokens, T2 = T + 2 with <S> and </S>, C = 50 characters, P projection size,
 L LSTM layers, H head hidden size (50), K labels.
@@ -8,7 +8,7 @@ L LSTM layers, H head hidden size (50), K labels.
 The recipe, in the paper's order:
 
 1. **Target-task LM fine-tuning** (§3.2): the whole biLM + softmax trained further on the task's
-   text with ``training/lm.py``'s loss (forward and backward NLL; sampled softmax in training),
+   text with ``lm.py``'s loss (forward and backward NLL; sampled softmax in training),
    using (2) and (3).
 2. **Discriminative fine-tuning** (eq. 2): one Adam rate per layer group, ``eta^{l-1} = eta^l / 2.6``.
    LM groups: token encoder, LSTM layer 1..L (both directions), softmax. Classifier groups: token
@@ -65,14 +65,14 @@ from torch import nn
 from elmokit.bilm import BiLM, BiLMConfig, TokenVectorCache, add_boundaries
 from elmokit.configs import config_from_dict
 from elmokit.engine.epochs import EpochOptions, train_epochs
+from elmokit.engine.schedules import discriminative_rates, slanted_triangular_fraction
 from elmokit.errors import InputNotFound, UserError
 from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
 from elmokit.io import output_directory
+from elmokit.lm import Candidates, LanguageModel, rows
 from elmokit.nn.lstm import reverse_padded
 from elmokit.tasks.classifier import SAVED_BY
 from elmokit.text.chars import batch_to_ids
-from elmokit.training.lm import Candidates, LanguageModel, rows
-from elmokit.transfer.schedules import discriminative_rates, slanted_triangular_fraction
 
 logger = logging.getLogger(__name__)
 

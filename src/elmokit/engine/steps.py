@@ -1,11 +1,16 @@
-"""What every training loop here shares: the run folder's command record, metrics as JSON lines,
-progress with tokens/s and ETA, non-finite steps, RNG states for exact resume, and a generic step loop.
-
-Two loops use these pieces: the biLM's (``trainer.py``, which keeps its own loop body so that its
-golden loss curve and fault behaviour stay exactly as they were) and the transformer pretraining
-objectives' (``elmokit.pretraining.run``, which runs on :class:`StepLoop`). Checkpoints are
+"""The one step loop (:class:`StepLoop`) every step-counted trainer runs on: the biLM (``elmokit train``),
+the pretraining objectives (``elmokit pretrain``), distillation and CoVe's translation model. A recipe gives
+its batches, a step function (forward, backward, clip, update when finite) and a save; the loop counts
+steps and tokens, logs metrics and progress with tokens/s and ETA, keeps the one non-finite policy,
+checkpoints every ``checkpoint_every`` steps and stops at a step or compute budget. Also here: every
+rank's RNG states for exact resume. Checkpoints are
 ``checkpoint.py``'s (atomic folders with SHA256SUMS, set aside when damaged), data parallelism is
-``distributed.py``'s.
+``distributed.py``'s, the run folder ``run_folder.py``'s.
+
+Non-finite steps, the same in every loop: a step whose loss or gradient norm is NaN or infinite is not
+applied (the recipe's step function drops the gradients); the run stops with an error naming the step
+and the last good checkpoint, unless the user allowed ``skip_nonfinite_steps``: that many are skipped,
+counted in the metrics and the checkpoints, and one more stops the run.
 
 Metrics (``metrics.jsonl``): one JSON object a line; a line with ``loss`` is a logged training step
 (``step``, ``tokens`` seen so far, ``tokens_per_s`` over the steps since the previous line, ``elapsed_s``
@@ -16,10 +21,8 @@ A resumed run first drops the lines past its checkpoint's step, so the file read
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -28,97 +31,27 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
-from elmokit.errors import UserError
-from elmokit.io import atomic_path
-from elmokit.training.checkpoint import decode_rng, encode_rng, latest_checkpoint
-from elmokit.training.distributed import DistributedContext
+from elmokit.engine.checkpoint import decode_rng, encode_rng, latest_checkpoint, latest_good_checkpoint, read_checkpoint
+from elmokit.engine.distributed import DistributedContext
+from elmokit.engine.run_folder import MetricsLog, RunError
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RunError", "NonFiniteError", "record_command", "read_commands", "truncate_metrics", "last_logged_loss",
-    "read_metrics", "MetricsLog", "progress_bar", "gather_rng_states", "restore_rng_states", "nonfinite_error",
-    "StepOutcome", "StepLoop",
-]
-
-
-class RunError(UserError):
-    """A run folder that does not fit the request; the message says what differs and the fix."""
+__all__ = ["NonFiniteError", "RunResult", "progress_bar", "gather_rng_states", "restore_rng_states",
+           "nonfinite_error",
+           "StepOutcome", "StepLoop", "update_if_finite", "planned_batches"]
 
 
 class NonFiniteError(RunError):
     """A step's loss or gradient was NaN or infinite (more often than ``skip_nonfinite_steps``)."""
 
 
-# ---- the run folder's record ----------------------------------------------------------------------
-
-
-def record_command(run_dir: Path, command: str, world_size: int) -> None:
-    """Append ``<time>  world_size=N  <command>`` to ``command.txt`` (every command that ran here)."""
-    stamp = datetime.datetime.now().isoformat(timespec="seconds")
-    with open(run_dir / "command.txt", "a", encoding="utf-8") as handle:
-        handle.write(f"{stamp}  world_size={world_size}  {command}\n")
-
-
-def read_commands(run_dir: Path) -> list[str]:
-    """The commands recorded in ``command.txt``, oldest first, without their time stamps."""
-    path = run_dir / "command.txt"
-    if not path.exists():
-        return []
-    return [line.split("  ", 2)[-1] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-# ---- metrics ----------------------------------------------------------------------------------------
-
-
-def truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past ``step`` (written after the checkpoint a resumed run restarts from)."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError):
-            continue  # a line cut by a kill
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-
-
-def last_logged_loss(path: Path) -> float | None:
-    if not path.exists():
-        return None
-    losses = [e["loss"] for e in map(json.loads, path.read_text(encoding="utf-8").splitlines()) if "loss" in e]
-    return losses[-1] if losses else None
-
-
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-@dataclass
-class MetricsLog:
-    """Appends entries to ``metrics.jsonl`` (main rank only) and keeps them in ``history`` (every rank)."""
-
-    path: Path
-    is_main: bool = True
-    history: list[dict] = field(default_factory=list)
-
-    def write(self, entry: dict) -> None:
-        self.history.append(entry)
-        if self.is_main:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(entry) + "\n")
-
-
 def progress_bar(enabled: bool, total: int | None, initial: int, desc: str = "training"):
     """A tqdm bar on a terminal, else None (the loops then write plain log lines)."""
     if not (enabled and sys.stderr.isatty()):
         return None
-    from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, unit="step", desc=desc, dynamic_ncols=True)
 
@@ -198,19 +131,58 @@ class StepOutcome:
         return " and ".join(parts)
 
 
-# ---- the generic loop ------------------------------------------------------------------------------
+# ---- the loop ---------------------------------------------------------------------------------------
+
+
+def update_if_finite(optimizer: torch.optim.Optimizer, parameters, clip_norm: float, loss: float, tokens: int,
+                     parts: dict[str, float] | None = None, extra: dict[str, Any] | None = None) -> StepOutcome:
+    """Clip the global gradient norm and step, unless the loss or the norm is not finite: then the gradients
+    are dropped and the weights stay (the step loop then stops or skips: the module docstring)."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, clip_norm))
+    outcome = StepOutcome(loss, grad_norm, tokens, parts or {}, extra or {})
+    if outcome.finite:
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    return outcome
+
+
+def planned_batches(plan: Callable[[int], list], position: dict[str, int]) -> Iterator[tuple[Any, int]]:
+    """``(batch, epoch)`` forever, each epoch's batches ``plan(epoch)`` (a function of the epoch alone, so a
+    resume rebuilds it), from ``position`` (``{"epoch", "batch"}``; the step function counts ``batch`` on)."""
+    while True:
+        batches = plan(position["epoch"])
+        while position["batch"] < len(batches):
+            yield batches[position["batch"]], position["epoch"]
+        position["epoch"], position["batch"] = position["epoch"] + 1, 0
+
+
+@dataclass
+class RunResult:
+    """What a trainer returns: the last step, tokens seen, the last logged loss, the run and model folders,
+    the wall time over every call of the run, this call's metric lines."""
+
+    step: int
+    tokens: int
+    loss: float | None
+    run_dir: Path
+    model_dir: Path | None
+    elapsed_s: float
+    history: list[dict] = field(default_factory=list)
 
 
 @dataclass
 class StepLoop:
-    """The loop body shared by objectives: take a batch, step, count tokens, log, skip non-finite
-    steps (at most ``skip_nonfinite_steps``), checkpoint every ``checkpoint_every`` steps.
+    """The loop body every step-counted trainer shares: take a batch, step, count tokens, log, skip
+    non-finite steps (at most ``skip_nonfinite_steps``), checkpoint every ``checkpoint_every`` steps.
 
     The caller gives ``batches`` (an iterator of ``(batch, epoch)``; a batch is whatever ``step_fn``
     takes), ``step_fn(batch, step) -> StepOutcome`` (applies the update only when finite), ``save()``
-    and ``fix`` (the flags to change when a step is not finite, for the error). The loop's counters
-    (``step``, ``tokens``, ``skipped``, ``last_loss``) are read and set by the caller around it (resume).
+    and ``fix`` (the flags to change when a step is not finite, for the error). The counters (``step``,
+    ``tokens``, ``skipped``, ``elapsed_before``) come from a checkpoint's ``state.json`` through
+    :meth:`restore` and go into the next one through :meth:`state`.
 
+    ``after_step(step)`` (optional) runs after each step, before its checkpoint (a validation).
     ``should_stop()`` (optional) is asked after every step; when it says yes the loop logs that step,
     checkpoints as usual and ends with ``stopped = True`` (a compute budget such as ``--max-seconds``:
     the stop falls on a step boundary, so a resumed run continues from the same state).
@@ -229,23 +201,66 @@ class StepLoop:
     fix: str = "lower --lr"
     progress: bool = True
     is_main: bool = True
+    desc: str = "training"
     elapsed_before: float = 0.0
     step: int = 0
     tokens: int = 0
     skipped: int = 0
     last_loss: float | None = None
+    last_saved: int = 0
     on_step: Callable[[StepOutcome], dict] | None = None  # extra fields for a logged line (e.g. the lr)
+    after_step: Callable[[int], None] | None = None  # e.g. a validation, before the step's checkpoint
     should_stop: Callable[[], bool] | None = None  # asked after each step: end the run here (a budget)
     stopped: bool = False  # set when should_stop ended the run
+    start_time: float = field(default_factory=time.perf_counter)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.start_time
+
+    def state(self, context: DistributedContext, device: torch.device) -> dict:
+        """The loop's part of a checkpoint's ``state.json`` (every rank must call it: it gathers the RNGs)."""
+        return {"step": self.step, "tokens": self.tokens, "elapsed_s": self.elapsed(), "world_size": context.world_size,
+                **gather_rng_states(context, device), "skipped_nonfinite": self.skipped,
+                "threads": torch.get_num_threads()}
+
+    def restore(self, state: dict, context: DistributedContext, device: torch.device) -> None:
+        """The counters and this rank's RNG from a checkpoint's ``state.json``."""
+        self.step, self.tokens, self.elapsed_before = state["step"], state.get("tokens", 0), state["elapsed_s"]
+        self.skipped, self.last_saved = state.get("skipped_nonfinite", 0), state["step"]
+        restore_rng_states(state, context, device)
+
+    def result(self, run_dir: Path, model_dir: Path | None, **extra: Any) -> RunResult:
+        return RunResult(self.step, self.tokens, self.last_loss, run_dir, model_dir, self.elapsed(), self.metrics.history,
+                         **extra)
+
+    def resume(self, optimizer: torch.optim.Optimizer, names: list[str], context: DistributedContext,
+               device: torch.device) -> tuple[dict, dict] | None:
+        """Continue from the newest good checkpoint (the main rank sets damaged newer ones aside): the optimizer
+        in place, the counters and this rank's RNG; returns (its weights, its ``state.json``), or None."""
+        found = latest_good_checkpoint(self.checkpoints, set_aside_bad=context.is_main)
+        context.barrier()
+        if found is None:
+            logger.info("%s: no checkpoint yet; starting from step 0", self.checkpoints.parent)
+            return None
+        weights, state = read_checkpoint(found, optimizer, names)
+        self.restore(state, context, device)
+        logger.info("resuming from %s (step %d, %d tokens)", found, self.step, self.tokens)
+        return weights, state
+
+    def save_final(self) -> None:
+        """The checkpoint of the last step, unless it was just written."""
+        if self.step != self.last_saved or latest_checkpoint(self.checkpoints) is None:
+            self._save()
+
+    def _save(self) -> None:
+        self.save()
+        self.last_saved = self.step
 
     def run(self) -> None:
         self.start_time = time.perf_counter()
         window_tokens, window_start = 0, time.perf_counter()
         first_step, tokens_at_start = self.step, self.tokens
-        bar = progress_bar(self.progress and self.is_main, self.max_steps, self.step, desc="pretraining")
+        bar = progress_bar(self.progress and self.is_main, self.max_steps, self.step, desc=self.desc)
         try:
             while self.max_steps is None or self.step < self.max_steps:
                 item = next(self.batches, None)
@@ -280,8 +295,10 @@ class StepLoop:
                     bar.update(1)
                     rate = (self.tokens - tokens_at_start) / max(time.perf_counter() - self.start_time, 1e-9)
                     bar.set_postfix(loss=f"{outcome.loss:.3f}", tok_s=f"{rate:.0f}", refresh=False)
+                if self.after_step is not None:
+                    self.after_step(self.step)
                 if self.step % self.checkpoint_every == 0:
-                    self.save()
+                    self._save()
                 if stop:
                     self.stopped = True
                     break

@@ -1,6 +1,9 @@
-"""Learning-rate schedules of ULMFiT (Howard & Ruder 2018, "Universal Language Model Fine-tuning
-for Text Classification", ACL, §3.2), as plain functions of the step so that tests can check them
-against the paper's formulas by hand.
+"""Learning-rate schedules, as plain functions of the step so that tests can check them by hand.
+
+BERT's (Devlin et al. 2019, §A.2): a linear warmup, then a linear decay (:func:`warmup_linear_decay`).
+
+The schedules of ULMFiT (Howard & Ruder 2018, "Universal Language Model Fine-tuning
+for Text Classification", ACL, §3.2):
 
 * Discriminative fine-tuning (eq. 2): every layer group l has its own rate, and
   ``eta^{l-1} = eta^l / 2.6``: the top group (the classifier head, or the LM's softmax) takes the
@@ -55,3 +58,13 @@ def discriminative_rates(top_rate: float, num_groups: int, decay: float = 2.6) -
     if decay < 1.0:
         raise ValueError(f"the decay of discriminative rates must be >= 1, got {decay}")
     return [top_rate / decay ** (num_groups - 1 - group) for group in range(num_groups)]
+
+
+def warmup_linear_decay(step: int, peak: float, warmup_steps: int, decay_steps: int | None) -> float:
+    """The rate of 1-based ``step``: rising linearly to ``peak`` over ``warmup_steps``, then falling
+    linearly to 0 after ``decay_steps`` (constant after the warmup without ``decay_steps``)."""
+    if step <= warmup_steps:
+        return peak * step / warmup_steps
+    if decay_steps is None:
+        return peak
+    return peak * max(0.0, (decay_steps - step + 1) / max(1, decay_steps - warmup_steps + 1))

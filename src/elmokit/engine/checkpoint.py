@@ -9,8 +9,9 @@ A checkpoint is a folder ``checkpoints/step_00001234/`` holding
   rank's torch RNG state (base64), with a ``format_version``;
 * ``SHA256SUMS`` - the sha256 of the three files above (``sha256sum -c SHA256SUMS`` checks them).
 
-It is written into a temporary sibling folder and renamed into place, so a reader (or a run
-killed with -9 half-way) only ever sees complete checkpoints. No pickles anywhere.
+It is written into a temporary sibling folder and put in place by ``io.atomic_directory`` (a
+checkpoint written again for the same step is swapped whole, never removed first), so a reader (or a
+run killed with -9 half-way) only ever sees complete checkpoints. No pickles anywhere.
 
 Trust. A checkpoint is *good* when its files match SHA256SUMS and every weight and optimizer
 accumulator is finite (:func:`checkpoint_problem`). The trainer never writes a checkpoint with
@@ -22,24 +23,28 @@ than the one just written (itself good), so the last good checkpoint is never ro
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
+from elmokit.engine.run_folder import checkpoint_dir, file_sha256, latest_checkpoint, list_checkpoints
 from elmokit.errors import UserError
+from elmokit.io import atomic_directory
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["CheckpointError", "checkpoint_dir", "list_checkpoints", "latest_checkpoint", "latest_good_checkpoint",
+           "file_sha256", "checkpoint_problem", "write_checkpoint", "read_checkpoint", "encode_rng", "decode_rng",
+           "module_weights", "load_module_weights"]
 
 FORMAT_VERSION = 1
 CHECKSUMS_NAME = "SHA256SUMS"
 CHECKED_FILES = ("model.safetensors", "optimizer.safetensors", "state.json")
-STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
 class CheckpointError(UserError):
@@ -52,34 +57,6 @@ def encode_rng(state: torch.Tensor) -> str:
 
 def decode_rng(text: str) -> torch.Tensor:
     return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8).clone()
-
-
-def checkpoint_dir(root: Path, step: int) -> Path:
-    return root / f"step_{step:08d}"
-
-
-def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        match = STEP_DIR.match(child.name)
-        if match and child.is_dir() and (child / "state.json").exists():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
-
-
-def latest_checkpoint(root: Path) -> Path | None:
-    found = list_checkpoints(root)
-    return found[-1][1] if found else None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_checksums(folder: Path) -> None:
@@ -119,8 +96,6 @@ def non_finite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
 def checkpoint_problem(folder: Path) -> str | None:
     """None for a good checkpoint (files match SHA256SUMS, all weights and accumulators finite),
     else why it cannot be resumed from."""
-    from safetensors.torch import load_file
-
     problem = verify_checksums(folder)
     if problem:
         return problem
@@ -167,6 +142,17 @@ def latest_good_checkpoint(root: Path, *, set_aside_bad: bool = True) -> Path | 
     return None
 
 
+def module_weights(modules: dict[str, torch.nn.Module]) -> dict[str, torch.Tensor]:
+    """Every module's state as ``<prefix>.<name>``, copied (tied weights apart: safetensors shares nothing)."""
+    return {f"{prefix}.{k}": v.detach().clone() for prefix, module in modules.items() for k, v in module.state_dict().items()}
+
+
+def load_module_weights(modules: dict[str, torch.nn.Module], weights: dict[str, torch.Tensor], device=None) -> None:
+    """The inverse of :func:`module_weights` (each module takes the tensors under its prefix)."""
+    for prefix, module in modules.items():
+        module.load_state_dict({k[len(prefix) + 1:]: v.to(device) for k, v in weights.items() if k.startswith(prefix + ".")})
+
+
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict[str, torch.Tensor]:
     """Adagrad's per-parameter state under the parameters' names."""
     out = {}
@@ -187,29 +173,16 @@ def write_checkpoint(
     state: dict,
     keep: int,
 ) -> Path:
-    from safetensors.torch import save_file
-
     bad = non_finite_tensors(model_state)
     if bad:
         raise CheckpointError(f"{root}: refusing to write the checkpoint of step {step}: non-finite weights in "
                               f"{', '.join(bad[:3])}; the checkpoints already there are kept")
-    root.mkdir(parents=True, exist_ok=True)
     final = checkpoint_dir(root, step)
-    tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with atomic_directory(final) as tmp:  # a re-run of the same step (e.g. the final save) swaps it whole
         save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
         save_file(optimizer_tensors(optimizer, dict(enumerate(param_names))), str(tmp / "optimizer.safetensors"))
         (tmp / "state.json").write_text(json.dumps({"format_version": FORMAT_VERSION, **state}, indent=1) + "\n")
         _write_checksums(tmp)
-        if final.exists():  # a re-run of the same step (e.g. the final save): replace it
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     rotate(root, final, keep)
     return final
 
@@ -226,8 +199,6 @@ def rotate(root: Path, newest_good: Path, keep: int) -> None:
 
 def read_checkpoint(path: Path, optimizer: torch.optim.Optimizer, param_names: list[str]):
     """(model state dict, state.json dict); the optimizer is restored in place."""
-    from safetensors.torch import load_file
-
     try:
         state = json.loads((path / "state.json").read_text())
         model_state = load_file(str(path / "model.safetensors"))

@@ -34,10 +34,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from elmokit.bilm import BiLM, BiLMConfig
+from elmokit.formats import ModelFolderError, resolve_model_path
+from elmokit.formats.native import read_native, write_native
 from elmokit.io import atomic_path
+from elmokit.text.vocab import Vocabulary
 
 LM_WEIGHTS_NAME = "lm.safetensors"  # softmax weights, beside the inference model's model.safetensors
 LM_INFO_NAME = "lm.json"
@@ -465,11 +469,8 @@ class LanguageModel(nn.Module):
     def save(self, directory: str | os.PathLike, vocabulary, *, info: dict | None = None, model_card: str | None = None) -> Path:
         """The native model folder (loadable by ``elmokit.formats.load_bilm``) plus the LM head:
         ``lm.safetensors`` (softmax), ``vocab.txt``, ``lm.json`` (vocabulary size, tokenizer...)."""
-        from safetensors.torch import save_file
-
         directory = Path(directory)
         bilm_state = {k: v.detach().cpu().numpy() for k, v in self.bilm.state_dict().items()}
-        from elmokit.formats.native import write_native
 
         write_native(directory, self.bilm.config, bilm_state, model_card=model_card)
         with atomic_path(directory / LM_WEIGHTS_NAME) as tmp:
@@ -487,12 +488,6 @@ class LanguageModel(nn.Module):
     @classmethod
     def load(cls, directory: str | os.PathLike):
         """(LanguageModel in eval mode, Vocabulary, lm.json dict) from a folder written by ``save``."""
-        from safetensors.torch import load_file
-
-        from elmokit.formats import ModelFolderError, resolve_model_path
-        from elmokit.formats.native import read_native
-        from elmokit.training.vocab import Vocabulary
-
         directory = resolve_model_path(directory)
         for name in (LM_WEIGHTS_NAME, VOCAB_NAME):
             if not (directory / name).exists():
