@@ -46,6 +46,7 @@ from elmokit.engine.run_folder import (
     write_json,
 )
 from elmokit.engine.steps import NonFiniteError, RunResult, StepLoop, StepOutcome
+from elmokit.io import atomic_directory
 from elmokit.lm import Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 from elmokit.training.config import SCHEDULE_FIELDS, TrainingConfig
@@ -511,10 +512,11 @@ class _Run:
             card = model_card("elmokit biLM (trained with `elmokit train`)", _card_lines(
                 self.model_config, self.training, self.record, self.vocabulary, n_params_bilm, n_softmax, steps.step,
                 steps.tokens, steps.elapsed(), steps.last_loss, self.sampled), self.run_dir)
-            model_dir = self.model.save(self.run_dir / "model", self.vocabulary, info={
-                "tokenizer": self.training.tokenizer, "max_length": self.training.max_length,
-                "trained_steps": steps.step, "trained_tokens": steps.tokens,
-            }, model_card=card)
+            model_dir = self.run_dir / "model"
+            with atomic_directory(model_dir) as tmp:  # swapped whole: never a half-written export
+                self.model.save(tmp, self.vocabulary, model_card=card, info={
+                    "tokenizer": self.training.tokenizer, "max_length": self.training.max_length,
+                    "trained_steps": steps.step, "trained_tokens": steps.tokens})
         self.context.barrier()
         return steps.result(self.run_dir, model_dir)
 
