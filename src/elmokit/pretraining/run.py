@@ -196,9 +196,6 @@ def learning_rate(config: PretrainConfig, step: int) -> float:
     return warmup_linear_decay(step, config.lr, config.warmup_steps, config.decay_steps)
 
 
-PretrainResult = RunResult
-
-
 def open_pretrain_run(run_dir: str | os.PathLike, resume: bool) -> tuple[RunFolder, PretrainConfig | None]:
     """The run folder (opened once; refused when it does not fit) and, when it holds a run, that run's config."""
     folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
@@ -218,7 +215,7 @@ def pretrain(
     init_method: str | None = None,
     dist_timeout_s: float = 300.0,
     folder: RunFolder | None = None,
-) -> PretrainResult:
+) -> RunResult:
     """Pretrain (or resume) ``config.objective`` on ``corpus`` into ``run_dir``. See the module docstring.
     ``folder``: the run folder as ``open_pretrain_run`` opened it (opened here when not given)."""
     run_dir = Path(run_dir)
@@ -570,7 +567,7 @@ class _PretrainRun:
                              param_names=self.names, state=state, keep=self.config.keep_checkpoints)
         context.barrier()
 
-    def export(self) -> PretrainResult:
+    def export(self) -> RunResult:
         """``model/``: the HF checkpoint folder + tokenizer + model card (main rank), written aside and renamed."""
         model_dir, steps = None, self.steps
         elapsed = steps.elapsed()

@@ -72,10 +72,7 @@ logger = logging.getLogger(__name__)
 RUN_FORMAT_VERSION = 1
 
 
-__all__ = ["RunError", "NonFiniteError", "TrainResult", "train", "read_metrics"]
-
-
-TrainResult = RunResult
+__all__ = ["RunError", "NonFiniteError", "RunResult", "train", "read_metrics"]
 
 
 # ---- the run folder ---------------------------------------------------------------------------
@@ -154,10 +151,6 @@ def _start_model_record(init_from: str) -> dict:
 # ---- the run ----------------------------------------------------------------------------------
 
 
-def _param_names(model: LanguageModel) -> list[str]:
-    return [name for name, _ in model.named_parameters()]
-
-
 def _autocast(device: torch.device, enabled: bool):
     if not enabled:
         return torch.autocast(device_type=device.type, enabled=False)
@@ -179,7 +172,7 @@ def train(
     init_method: str | None = None,
     dist_timeout_s: float = 300.0,
     folder: RunFolder | None = None,
-) -> TrainResult:
+) -> RunResult:
     """Train (or resume) a biLM into ``run_dir``. See the module docstring. ``folder`` is the run folder as
     ``resolve_run_config`` opened it (opened here when not given)."""
     run_dir = Path(run_dir)
@@ -286,7 +279,7 @@ class _Run:
         self.model = LanguageModel(self.model_config, len(vocabulary), bos_id=vocabulary.bos, eos_id=vocabulary.eos)
         init_like_bilm_tf(self.model, torch.Generator().manual_seed(training.seed))
         self.model.to(self.device)
-        self.names = _param_names(self.model)
+        self.names = [name for name, _ in self.model.named_parameters()]
         if training.optimizer == "sgd":  # plain SGD (Zaremba et al.; Kim et al.): no per-parameter state
             self.optimizer = torch.optim.SGD(self.model.parameters(), lr=training.lr)
         else:
@@ -491,7 +484,7 @@ class _Run:
             return {}
         return dict(zip(CARRIED_STATE_NAMES, self.carried))
 
-    def export(self) -> TrainResult:
+    def export(self) -> RunResult:
         """The model folder (main rank) and the result."""
         model_dir, steps = None, self.steps
         if self.context.is_main:
