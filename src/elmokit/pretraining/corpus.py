@@ -73,10 +73,12 @@ def read_documents(path: str | Path) -> Iterator[list[list[str]]]:
 
 @dataclass
 class Document:
-    """One document as subword ids: per sentence the ids (no specials) and each id's word index."""
+    """One document as subword ids: per sentence the ids (no specials) and each id's word index; ``words``:
+    per sentence its words as read (the ``ernie2`` reader needs their case)."""
 
     ids: list[list[int]]
     word_ids: list[list[int]]
+    words: list[list[str]] | None = None
 
 
 def encode_document(tokenizer, sentences: Sequence[Sequence[str]]) -> Document:
@@ -85,7 +87,7 @@ def encode_document(tokenizer, sentences: Sequence[Sequence[str]]) -> Document:
         encoding = encode_words(tokenizer, words, add_special_tokens=False)
         ids.append(list(encoding.input_ids))
         word_ids.append([int(w) for w in encoding.word_ids])
-    return Document(ids, word_ids)
+    return Document(ids, word_ids, [list(w) for w in sentences])
 
 
 @dataclass(frozen=True)
@@ -208,10 +210,17 @@ def segment_rows(documents: list[Document], *, max_tokens: int, special: Special
             for i in range(rows)]
 
 
+def ernie2(documents: list[Document], **kwargs) -> list[dict]:
+    """ERNIE 2.0: segments with every task's labels and a sentence-distance pair (``ernie2.examples``)."""
+    from elmokit.pretraining.ernie2 import examples
+
+    return examples(documents, **kwargs)
+
+
 # name -> reader(documents, *, max_tokens, special, rng, source) -> examples. New families add theirs.
 EXAMPLE_READERS: dict[str, Callable[..., list]] = {"pairs": pairs, "packed": packed, "segments": segments,
                                                     "causal": causal, "documents": documents,
-                                                    "segment_rows": segment_rows}
+                                                    "segment_rows": segment_rows, "ernie2": ernie2}
 # readers whose examples must be fed in the order they are made (rows of consecutive segments), whose
 # batches are ``rows`` examples: the stream neither permutes them nor lets a batch straddle a segment
 ORDERED_READERS = {"segment_rows"}
