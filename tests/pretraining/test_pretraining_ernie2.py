@@ -183,6 +183,33 @@ def test_sentence_distance_pairs_and_their_classes():
     assert all(r["distance"] in (0, 1) for r in one)
 
 
+def test_discourse_pairs_drop_the_marker_and_balance_the_markers():
+    assert E.discourse_marker("However , he left .".split()) == (E.DISCOURSE_MARKERS.index("however"), 2)
+    assert E.discourse_marker("In the meantime , we ate".split()) == (E.DISCOURSE_MARKERS.index("in the meantime"), 4)
+    assert E.discourse_marker("for example , x".split()) == (E.DISCOURSE_MARKERS.index("for example"), 3)
+    assert [E.discourse_marker(w.split()) for w in ("In fact he did", "But , .", "However he left", "Then")] == [None] * 4
+
+    def doc(d, sentences):  # word w of sentence s: id 1000 d + 100 s + w, one piece each
+        return Document([[1000 * d + 100 * s + w for w in range(len(x))] for s, x in enumerate(sentences)],
+                        [list(range(len(x))) for x in sentences], [list(x) for x in sentences])
+
+    thus = [["It", "rained", "."], ["Thus", ",", "we", "stayed", "."]]
+    documents = [doc(0, [["A", "b", "."], ["However", ",", "c", "d", "."]]),
+                 doc(1, thus * 5), doc(2, [["Then", "we", "left", "."]])]  # "Then" without a comma: no pair
+    label_of = {E.DISCOURSE_MARKERS.index("however"): 0, E.DISCOURSE_MARKERS.index("thus"): 0}
+    n = 0
+    for seed in range(40):
+        for row in E.examples(documents, max_tokens=20, special=SpecialIds(cls=2, sep=3), rng=np.random.default_rng(seed)):
+            a, b, label = row["discourse_a"], row["discourse_b"], row["discourse"]
+            d, s = b[0] // 1000, b[0] % 1000 // 100
+            assert b == [1000 * d + 100 * s + w for w in range(2, len(documents[d].ids[s]))]  # marker and comma gone
+            assert a == documents[d].ids[s - 1] and E.DISCOURSE_MARKERS[label] == documents[d].words[s][0].lower()
+            label_of[label] += 1
+            n += 1
+    # one "however" pair against five "thus" pairs, yet each marker half the draws (marker first)
+    assert abs(label_of[E.DISCOURSE_MARKERS.index("however")] / n - 0.5) <= 4.5 * (0.25 / n) ** 0.5
+
+
 # --------------------------------------------------------------------------- the model side
 
 
@@ -222,12 +249,12 @@ def test_every_task_builds_a_batch_and_its_loss_gets_gradients(tiny):
     from elmokit.pretraining.corpus import encode_document
 
     sentences = [["Anna", "met", "Bob", "in", "the", "old", "town", "."], ["The", "cat", "sat", "on", "the", "mat", "!"],
-                 ["Bob", "left", "the", "town", "."], ["Rain", "fell", "."]]
+                 ["However", ",", "Bob", "left", "the", "town", "."], ["Rain", "fell", "."]]
     documents = [encode_document(tokenizer, sentences), encode_document(tokenizer, sentences[::-1])]
     rows = E.examples(documents, max_tokens=24, special=SpecialIds.from_tokenizer(tokenizer), rng=np.random.default_rng(0))
-    objective = E.Ernie2Objective(tokenizer, hidden_size=32, schedule=E.ContinualSchedule(5, 6, "multitask"))
+    objective = E.Ernie2Objective(tokenizer, hidden_size=32, tasks=E.TASKS, schedule=E.ContinualSchedule(6, 6, "multitask"))
     model.train()
-    for _ in range(5):
+    for _ in range(6):
         batch = next(objective.batches(rows, batch_size=len(rows), rng=np.random.default_rng(1)))
         task = E.TASKS[int(batch["task"])]
         model.zero_grad()
@@ -237,10 +264,10 @@ def test_every_task_builds_a_batch_and_its_loss_gets_gradients(tiny):
         assert math.isfinite(float(out.loss.detach())) and out.n_targets > 0 and task in out.parts
         row = int(batch["task"])
         assert objective.task_embedding.weight.grad[row].abs().sum() > 0  # only this task's vector learns
-        assert objective.task_embedding.weight.grad[[r for r in range(5) if r != row]].abs().sum() == 0
+        assert objective.task_embedding.weight.grad[[r for r in range(6) if r != row]].abs().sum() == 0
         if task in objective.heads:
             assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in objective.heads[task].parameters())
-    assert objective.state_dict() == {"batches_done": 5}
+    assert objective.state_dict() == {"batches_done": 6} and objective.heads["discourse"].out.out_features == 29
 
 
 # --------------------------------------------------------------------------- runs

@@ -56,8 +56,8 @@ PRETRAIN_FLAGS = {
     "ernie_entities": ("--ernie-entities", str, "ernie: en: a NER tagger folder; zh: an entity cache (JSON lines of "
                        "knowledge_zh.tag_entity_cache; benchmarks/zh_ernie.py corpus writes one)"),
     "ernie2_tasks": ("--ernie2-tasks", str, "ernie2: the tasks, comma-separated, in order of introduction, of "
-                     "km,cap,tdr,reorder,distance (knowledge masking, capitalization, token-document relation, "
-                     "sentence reordering, sentence distance)"),
+                     "km,cap,tdr,reorder,distance,discourse (knowledge masking, capitalization, token-document relation, "
+                     "sentence reordering, sentence distance, discourse relation: marker-opened sentences)"),
     "ernie2_schedule": ("--ernie2-schedule", str, "ernie2: continual (tasks added in stages) or multitask (all tasks "
                         "from the start: the ablation)"),
     "ernie2_task_iterations": ("--ernie2-task-iterations", positive_int,

@@ -21,7 +21,14 @@ embedding is the task's index in the run's tuple, "an id ranging from 0 to N", Â
 
 Word labels sit at each word's first piece (-100 elsewhere); sentence labels are predicted from the
 final [CLS] state by a dense + tanh + linear head (BERT's pooler shape: ``BertForMaskedLM`` has no
-pooler). Discourse relation and IR relevance are not built (docs/pretraining.md says why).
+pooler).
+
+- ``discourse`` discourse relation (semantic-aware; not in the default tasks): the paper trains it on Sileo
+  et al. (2019)'s data, sentence pairs whose second sentence opens with a discourse marker, the marker
+  removed and predicted. Here the same labelling on the run's corpus with the fixed ``DISCOURSE_MARKERS``
+  (the marker must be followed by a comma; ``discourse_marker``); a pair is drawn per example by marker
+  first, then among that marker's pairs in the shard (Sileo et al. balance their markers). IR relevance is
+  not built (no query logs).
 
 Task embeddings (Â§Model: "token, segment, position and task embedding are taken as the input"):
 ``inputs_embeds = word_embeddings(input_ids) + task_embedding[task]``, so BERT's embedding layer adds
@@ -57,6 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmokit.errors import UserError
 from elmokit.pretraining.heads import HeadLoss, masked_lm_loss
 from elmokit.pretraining.knowledge import (
     ErnieObjective,
@@ -67,9 +75,16 @@ from elmokit.pretraining.knowledge import (
 from elmokit.pretraining.masking import IGNORE_INDEX, MaskingVocab
 from elmokit.pretraining.objectives import ObjectiveLoss, _chunks, _field, collate
 
-TASKS = ("km", "cap", "tdr", "reorder", "distance")
+TASKS = ("km", "cap", "tdr", "reorder", "distance", "discourse")
+DEFAULT_TASKS = TASKS[:5]  # discourse only when asked for: it needs marker-opened sentences in every shard
 TASK_NAMES = {"km": "knowledge masking", "cap": "capitalization prediction", "tdr": "token-document relation",
-              "reorder": "sentence reordering", "distance": "sentence distance"}
+              "reorder": "sentence reordering", "distance": "sentence distance", "discourse": "discourse relation"}
+# Discourse markers (Sileo et al. 2019's method on a fixed list): a sentence opening with one of these and a
+# comma is B, the sentence before it A; the marker (one to three words) is removed and is the class.
+DISCOURSE_MARKERS = ("however", "but", "yet", "still", "nevertheless", "nonetheless", "instead", "thus", "therefore",
+                     "hence", "consequently", "accordingly", "moreover", "besides", "furthermore", "indeed",
+                     "meanwhile", "afterwards", "then", "finally", "otherwise", "for example", "for instance",
+                     "in fact", "of course", "at last", "in short", "on the contrary", "in the meantime")
 SCHEDULES = ("continual", "multitask")
 MAX_PIECES = 4  # the reader leaves room for k - 1 extra [SEP]s of sentence reordering, k <= MAX_PIECES
 
@@ -228,6 +243,19 @@ def reorder_example(ids: Sequence[int], word_ids: Sequence[int], sentence_cuts: 
             "label": permutation_class(order), "order": order}
 
 
+def discourse_marker(words: Sequence[str]) -> tuple[int, int] | None:
+    """(class, words to drop) if the sentence opens with a marker of ``DISCOURSE_MARKERS`` and a comma and goes
+    on after it (the longest marker wins), else None."""
+    lower = [w.casefold() for w in words]
+    best = None
+    for index, marker in enumerate(DISCOURSE_MARKERS):
+        n = len(parts := marker.split())
+        rest = any(c.isalnum() for w in lower[n + 1:] for c in w)
+        if lower[:n] == parts and len(lower) > n and lower[n] == "," and rest and (best is None or n + 1 > best[1]):
+            best = (index, n + 1)
+    return best
+
+
 def first_piece_labels(word_ids: Sequence[int | None], per_word: Sequence[int]) -> np.ndarray:
     """(T,) the word's label at its first piece, -100 at other pieces and specials."""
     out = np.full(len(word_ids), IGNORE_INDEX, dtype=np.int64)
@@ -297,6 +325,13 @@ def examples(documents, *, max_tokens: int, special, rng: np.random.Generator, s
             raise ValueError("the ernie2 reader needs the documents' words (corpus.encode_document keeps them)")
     segments_of = [_segments(document, capacity) for document in documents]
     sentence_docs = [d for d, doc in enumerate(documents) if any(doc.ids)]
+    marked: dict[int, list[tuple[int, int, int]]] = {}  # marker -> (document, sentence, words dropped)
+    for d, document in enumerate(documents):
+        for i in range(1, len(document.ids)):
+            found = discourse_marker(document.words[i])
+            if found is not None and document.ids[i - 1]:
+                marked.setdefault(found[0], []).append((d, i, found[1]))
+    markers = sorted(marked)
     out = []
     for d, segs in enumerate(segments_of):
         tdr = token_document_labels([seg[3] for seg in segs])
@@ -333,6 +368,12 @@ def examples(documents, *, max_tokens: int, special, rng: np.random.Generator, s
             if label is not None:
                 pa, pb = _pair(documents[d].ids[a], b_ids, max_tokens - 3)
                 example.update(pair_a=pa, pair_b=pb, distance=label)
+            if markers:  # a discourse pair of the shard: a marker, then one of its pairs
+                m = markers[int(rng.integers(len(markers)))]
+                e, i, drop = marked[m][int(rng.integers(len(marked[m])))]
+                b_kept = [t for t, w in zip(documents[e].ids[i], documents[e].word_ids[i]) if w >= drop]
+                pa, pb = _pair(documents[e].ids[i - 1], b_kept, max_tokens - 3)
+                example.update(discourse_a=pa, discourse_b=pb, discourse=m)
             out.append(example)
     return out
 
@@ -376,7 +417,7 @@ class Ernie2Objective:
 
     name = "ernie2"
 
-    def __init__(self, tokenizer, *, hidden_size: int, tasks: Sequence[str] = TASKS, schedule: ContinualSchedule,
+    def __init__(self, tokenizer, *, hidden_size: int, tasks: Sequence[str] = DEFAULT_TASKS, schedule: ContinualSchedule,
                  reorder_pieces: int = 3, seed: int = 0) -> None:
         tasks = tuple(tasks)
         if not tasks or any(t not in TASKS for t in tasks) or len(set(tasks)) != len(tasks):
@@ -404,6 +445,8 @@ class Ernie2Objective:
                 self.heads["reorder"] = SentenceHead(hidden_size, reorder_classes(reorder_pieces))
             if "distance" in tasks:
                 self.heads["distance"] = SentenceHead(hidden_size, 3)
+            if "discourse" in tasks:
+                self.heads["discourse"] = SentenceHead(hidden_size, len(DISCOURSE_MARKERS))
         self.batches_done = 0
 
     def modules(self) -> dict[str, nn.Module]:
@@ -430,13 +473,17 @@ class Ernie2Objective:
             row = reorder_example(ids[1:-1], inner, _field(example, "sentence_cuts"), self.k, rng,
                                   cls_id=self.cls_id, sep_id=self.sep_id)
             return {"input_ids": row["input_ids"], "token_type_ids": row["token_type_ids"], "label": row["label"]}
-        a, b = _field(example, "pair_a"), _field(example, "pair_b")
+        prefix = "pair" if task == "distance" else "discourse"
+        a, b = _field(example, f"{prefix}_a"), _field(example, f"{prefix}_b")
         if a is None:
-            raise ValueError("this example has no sentence-distance pair (a one-sentence shard with one document?)")
+            raise UserError(f"ERNIE 2.0's {TASK_NAMES[task]} task found no pair in a corpus file: "
+                            + ("it needs two sentences or two documents" if task == "distance" else
+                               "no sentence opens with a marker of ernie2.DISCOURSE_MARKERS and a comma")
+                            + f"; fix: give such text in every file, or leave '{task}' out of --ernie2-tasks")
         input_ids = [self.cls_id, *a, self.sep_id, *b, self.sep_id]
         types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
         return {"input_ids": np.asarray(input_ids, dtype=np.int64), "token_type_ids": np.asarray(types, dtype=np.int64),
-                "label": int(_field(example, "distance"))}
+                "label": int(_field(example, task))}
 
     def batches(self, examples, *, batch_size: int, rng: np.random.Generator) -> Iterator[dict[str, torch.Tensor]]:
         for chunk in _chunks(examples, batch_size):
@@ -445,8 +492,9 @@ class Ernie2Objective:
             stage = "basic"
             if task == "km":
                 stage = self.km.schedule.stage(self.schedule.done_before(index, self.batches_done))
-            if task == "distance":
-                chunk = [e for e in chunk if _field(e, "pair_a") is not None] or chunk
+            if task in ("distance", "discourse"):
+                key = "pair_a" if task == "distance" else "discourse_a"
+                chunk = [e for e in chunk if _field(e, key) is not None] or chunk
             batch = collate([self.row(e, task, rng, stage) for e in chunk], pad_id=self.pad_id)
             batch["task"] = torch.tensor(index)
             self.batches_done += 1
@@ -489,7 +537,7 @@ def ernie2_from_options(tokenizer, model, options: Mapping) -> Ernie2Objective:
     """``elmokit pretrain --objective ernie2``. options: ``ernie2_tasks`` (tuple, default all), ``ernie2_schedule``
     (continual | multitask), ``ernie2_task_iterations`` (N; default ``max_steps`` // the number of tasks, 1000
     without it), ``ernie2_reorder_pieces`` (k, 3), ``seed``."""
-    tasks = tuple(options.get("ernie2_tasks") or TASKS)
+    tasks = tuple(options.get("ernie2_tasks") or DEFAULT_TASKS)
     n = options.get("ernie2_task_iterations")
     if n is None:
         n = max(int(options.get("max_steps") or 1000 * len(tasks)) // len(tasks), len(tasks) + 1)

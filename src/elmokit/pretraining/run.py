@@ -162,7 +162,7 @@ class PretrainConfig:
         if ernie2_set and self.objective != "ernie2":
             raise ValueError(f"{', '.join(ernie2_set)} go with --objective ernie2")
         tasks2 = [t.strip() for t in self.ernie2_tasks.split(",") if t.strip()]
-        known2 = ("km", "cap", "tdr", "reorder", "distance")
+        known2 = ("km", "cap", "tdr", "reorder", "distance", "discourse")
         if not tasks2 or any(t not in known2 for t in tasks2) or len(set(tasks2)) != len(tasks2):
             raise ValueError(f"ernie2_tasks {self.ernie2_tasks!r}: give some of {','.join(known2)}, each once")
         if self.ernie2_schedule not in ("continual", "multitask") or not 1 <= self.ernie2_reorder_pieces <= 4:
