@@ -109,14 +109,14 @@ class ContinualSchedule:
 
     def __post_init__(self) -> None:
         if self.mode not in SCHEDULES:
-            raise ValueError(f"ERNIE 2.0 schedule {self.mode!r}: use one of {', '.join(SCHEDULES)}")
+            raise UserError(f"ERNIE 2.0 schedule {self.mode!r}: use one of {', '.join(SCHEDULES)}")
         if self.n_tasks < 1:
-            raise ValueError("ERNIE 2.0 needs at least one task")
+            raise UserError("ERNIE 2.0 needs at least one task")
         if self.mode == "continual" and self.iterations < self.n_tasks + 1:
-            raise ValueError(f"{self.iterations} iterations per task cannot be spread over {self.n_tasks} stages; "
+            raise UserError(f"{self.iterations} iterations per task cannot be spread over {self.n_tasks} stages; "
                              f"give at least {self.n_tasks + 1}")
         if self.iterations < 1:
-            raise ValueError("iterations per task must be at least 1")
+            raise UserError("iterations per task must be at least 1")
 
     @property
     def refresh(self) -> int:
@@ -319,7 +319,7 @@ def examples(documents, *, max_tokens: int, special, rng: np.random.Generator, s
     Needs ``Document.words`` (the original words, for capitalisation and the entity heuristic)."""
     capacity = max_tokens - 1 - MAX_PIECES
     if capacity < 1:
-        raise ValueError(f"max_tokens={max_tokens}: ERNIE 2.0 segments need room for [CLS], {MAX_PIECES} [SEP]s and a token")
+        raise UserError(f"max_tokens={max_tokens}: ERNIE 2.0 segments need room for [CLS], {MAX_PIECES} [SEP]s and a token")
     for document in documents:
         if document.words is None:
             raise ValueError("the ernie2 reader needs the documents' words (corpus.encode_document keeps them)")
@@ -421,11 +421,11 @@ class Ernie2Objective:
                  reorder_pieces: int = 3, seed: int = 0) -> None:
         tasks = tuple(tasks)
         if not tasks or any(t not in TASKS for t in tasks) or len(set(tasks)) != len(tasks):
-            raise ValueError(f"ERNIE 2.0 tasks {tasks!r}: give some of {', '.join(TASKS)}, each once")
+            raise UserError(f"ERNIE 2.0 tasks {tasks!r}: give some of {', '.join(TASKS)}, each once")
         if not 1 <= reorder_pieces <= MAX_PIECES:
-            raise ValueError(f"sentence reordering pieces must be 1..{MAX_PIECES}, got {reorder_pieces}")
+            raise UserError(f"sentence reordering pieces must be 1..{MAX_PIECES}, got {reorder_pieces}")
         if schedule.n_tasks != len(tasks):
-            raise ValueError(f"the schedule is for {schedule.n_tasks} tasks, {len(tasks)} given")
+            raise UserError(f"the schedule is for {schedule.n_tasks} tasks, {len(tasks)} given")
         self.tokenizer, self.tasks, self.schedule, self.k = tokenizer, tasks, schedule, reorder_pieces
         self.vocab = MaskingVocab.from_tokenizer(tokenizer)
         self.pad_id, self.cls_id, self.sep_id = tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id

@@ -167,6 +167,10 @@ class PretrainConfig:
             raise ValueError(f"ernie2_tasks {self.ernie2_tasks!r}: give some of {','.join(known2)}, each once")
         if self.ernie2_schedule not in ("continual", "multitask") or not 1 <= self.ernie2_reorder_pieces <= 4:
             raise ValueError("ernie2_schedule must be continual or multitask, ernie2_reorder_pieces 1..4")
+        if self.ernie2_schedule == "continual" and self.ernie2_task_iterations is not None \
+                and self.ernie2_task_iterations < len(tasks2) + 1:
+            raise ValueError(f"ernie2_task_iterations {self.ernie2_task_iterations} cannot be spread over {len(tasks2)} "
+                             f"stages; give at least {len(tasks2) + 1}")
         if self.ernie_language not in ("en", "zh"):
             raise ValueError(f"ernie_language must be 'en' or 'zh', got {self.ernie_language!r}")
         stages = [s.strip() for s in self.ernie_stages.split(",") if s.strip()]
