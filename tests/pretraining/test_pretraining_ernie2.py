@@ -344,3 +344,6 @@ def test_cli_smoke_run_trains_every_task_and_exports_the_folded_model(tmp_path, 
     code = main(["pretrain", "--objective", "bert", "--corpus", str(corpus), "--out", str(tmp_path / "bad"), "--max-steps", "2",
                  "--ernie2-schedule", "multitask"])
     assert code == 2 and "ernie2_schedule go with --objective ernie2" in capsys.readouterr().err
+    code = main(["pretrain", "--objective", "ernie2", "--corpus", str(corpus), "--out", str(tmp_path / "bad"), "--max-steps",
+                 "2", "--ernie2-task-iterations", "5"])
+    assert code == 2 and "ernie2_task_iterations 5 cannot be spread over 5 stages; give at least 6" in capsys.readouterr().err
