@@ -270,6 +270,34 @@ def test_every_task_builds_a_batch_and_its_loss_gets_gradients(tiny):
     assert objective.state_dict() == {"batches_done": 6} and objective.heads["discourse"].out.out_features == 29
 
 
+def test_a_few_steps_on_one_batch_lower_every_tasks_loss(tiny):
+    from elmokit.pretraining.corpus import encode_document
+    from elmokit.pretraining.models import build_model, preset
+
+    tokenizer, _ = tiny
+    sentences = [["Anna", "met", "Bob", "in", "the", "old", "town", "."], ["The", "cat", "sat", "on", "the", "mat", "!"],
+                 ["However", ",", "Bob", "left", "the", "town", "."], ["Rain", "fell", "."]]
+    documents = [encode_document(tokenizer, sentences), encode_document(tokenizer, sentences[::-1])]
+    rows = E.examples(documents, max_tokens=24, special=SpecialIds.from_tokenizer(tokenizer), rng=np.random.default_rng(0))
+    torch.set_num_threads(1)
+    for index, task in enumerate(E.TASKS):
+        model = build_model("bert-mlm", preset("tiny", dropout=0.0), vocab_size=len(tokenizer), seed=0, pad_id=0)
+        objective = E.Ernie2Objective(tokenizer, hidden_size=32, tasks=E.TASKS, schedule=E.ContinualSchedule(6, 12))
+        objective.batches_done = next(k for k in range(200) if objective.schedule.task(k) == index)
+        batch = next(objective.batches(rows, batch_size=len(rows), rng=np.random.default_rng(1)))
+        assert int(batch["task"]) == index
+        parameters = [*model.parameters(), *objective.task_embedding.parameters(), *objective.heads.parameters()]
+        optimizer = torch.optim.Adam(parameters, lr=3e-3)
+        losses = []
+        for _ in range(20):
+            optimizer.zero_grad()
+            out = objective.loss(model, batch)
+            out.loss.backward()
+            optimizer.step()
+            losses.append(float(out.loss.detach()))
+        assert losses[-1] < 0.8 * losses[0], (task, losses)
+
+
 # --------------------------------------------------------------------------- runs
 
 

@@ -18,17 +18,16 @@ embedding is the task's index in the run's tuple, "an id ranging from 0 to N", Â
   lexicographic rank).
 - ``distance`` sentence distance (structure-aware): [CLS] A [SEP] B [SEP], 3 classes: 0 B is the sentence
   right after A, 1 B is in A's document at distance 2 or more, 2 B is from another document of the shard.
-
-Word labels sit at each word's first piece (-100 elsewhere); sentence labels are predicted from the
-final [CLS] state by a dense + tanh + linear head (BERT's pooler shape: ``BertForMaskedLM`` has no
-pooler).
-
 - ``discourse`` discourse relation (semantic-aware; not in the default tasks): the paper trains it on Sileo
   et al. (2019)'s data, sentence pairs whose second sentence opens with a discourse marker, the marker
   removed and predicted. Here the same labelling on the run's corpus with the fixed ``DISCOURSE_MARKERS``
   (the marker must be followed by a comma; ``discourse_marker``); a pair is drawn per example by marker
   first, then among that marker's pairs in the shard (Sileo et al. balance their markers). IR relevance is
   not built (no query logs).
+
+Word labels sit at each word's first piece (-100 elsewhere); sentence labels are predicted from the
+final [CLS] state by a dense + tanh + linear head (BERT's pooler shape: ``BertForMaskedLM`` has no
+pooler).
 
 Task embeddings (Â§Model: "token, segment, position and task embedding are taken as the input"):
 ``inputs_embeds = word_embeddings(input_ids) + task_embedding[task]``, so BERT's embedding layer adds
