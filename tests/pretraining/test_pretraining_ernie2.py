@@ -11,7 +11,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from pretraining_testkit import need_transformers, write_document_corpus
+from pretraining_testkit import need_transformers, pretrain_ddp_worker, write_document_corpus
+from testkit import run_two_ranks
 from train_helpers import one_thread
 
 need_transformers()
@@ -375,3 +376,28 @@ def test_cli_smoke_run_trains_every_task_and_exports_the_folded_model(tmp_path, 
     code = main(["pretrain", "--objective", "ernie2", "--corpus", str(corpus), "--out", str(tmp_path / "bad"), "--max-steps",
                  "2", "--ernie2-task-iterations", "5"])
     assert code == 2 and "ernie2_task_iterations 5 cannot be spread over 5 stages; give at least 6" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two fresh processes import transformers: ~20 s
+def test_two_processes_train_every_task_like_one(tmp_path, corpus, monkeypatch):
+    """Every task's loss is a mean over its targets (masked tokens, labelled words, pairs), each rank weighted
+    by its share: two ranks on the same global batch match one process. Dropout off (drawn per rank)."""
+    from elmokit.pretraining.run import PretrainConfig, pretrain
+
+    config = PretrainConfig(objective="ernie2", preset="tiny", max_steps=6, batch_size=6, vocab_size=300, max_tokens=32,
+                            log_every=1, checkpoint_every=100, lr=2e-3, dropout=0.0, ernie2_schedule="multitask",
+                            ernie2_task_iterations=2, ernie2_tasks="km,cap,tdr,reorder,distance")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with one_thread():
+        single = pretrain(tmp_path / "single", corpus=str(corpus), config=config, command="test", progress=False)
+    config = config.replace(tokenizer_dir=str(tmp_path / "single" / "tokenizer"))
+    run_two_ranks(pretrain_ddp_worker, (2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path / "ddp"), str(corpus),
+                                        config.to_dict()))
+    ddp = read_metrics(tmp_path / "ddp")
+    assert [int(e["task"]) for e in ddp] == [int(e["task"]) for e in single.history] and len({e["task"] for e in ddp}) == 5
+    np.testing.assert_allclose([e["loss"] for e in ddp], [e["loss"] for e in single.history], rtol=1e-5)
+    a = load_file(str(tmp_path / "single" / "checkpoints" / "step_00000006" / "model.safetensors"))
+    b = load_file(str(tmp_path / "ddp" / "checkpoints" / "step_00000006" / "model.safetensors"))
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
