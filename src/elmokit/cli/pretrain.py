@@ -55,6 +55,15 @@ PRETRAIN_FLAGS = {
                             "ernie: batches of each stage but the last (none: thirds of --max-steps, else 1000)"),
     "ernie_entities": ("--ernie-entities", str, "ernie: en: a NER tagger folder; zh: an entity cache (JSON lines of "
                        "knowledge_zh.tag_entity_cache; benchmarks/zh_ernie.py corpus writes one)"),
+    "ernie2_tasks": ("--ernie2-tasks", str, "ernie2: the tasks, comma-separated, in order of introduction, of "
+                     "km,cap,tdr,reorder,distance,discourse (knowledge masking, capitalization, token-document relation, "
+                     "sentence reordering, sentence distance, discourse relation: marker-opened sentences)"),
+    "ernie2_schedule": ("--ernie2-schedule", str, "ernie2: continual (tasks added in stages) or multitask (all tasks "
+                        "from the start: the ablation)"),
+    "ernie2_task_iterations": ("--ernie2-task-iterations", positive_int,
+                               "ernie2: training iterations (batches) of each task, N (none: --max-steps / tasks)"),
+    "ernie2_reorder_pieces": ("--ernie2-reorder-pieces", positive_int,
+                              "ernie2: sentence reordering cuts a segment into 1..k pieces (sum of n! classes; k <= 4)"),
     "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
                              "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
 }

@@ -73,10 +73,12 @@ def read_documents(path: str | Path) -> Iterator[list[list[str]]]:
 
 @dataclass
 class Document:
-    """One document as subword ids: per sentence the ids (no specials) and each id's word index."""
+    """One document as subword ids: per sentence the ids (no specials) and each id's word index; ``words``:
+    per sentence its words as read (the ``ernie2`` reader needs their case)."""
 
     ids: list[list[int]]
     word_ids: list[list[int]]
+    words: list[list[str]] | None = None
 
 
 def encode_document(tokenizer, sentences: Sequence[Sequence[str]]) -> Document:
@@ -85,7 +87,7 @@ def encode_document(tokenizer, sentences: Sequence[Sequence[str]]) -> Document:
         encoding = encode_words(tokenizer, words, add_special_tokens=False)
         ids.append(list(encoding.input_ids))
         word_ids.append([int(w) for w in encoding.word_ids])
-    return Document(ids, word_ids)
+    return Document(ids, word_ids, [list(w) for w in sentences])
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elmokit.pretraining.batching import Objective
+from elmokit.pretraining.ernie2 import ernie2_from_options
 from elmokit.pretraining.heads import SpanBoundaryHead
 from elmokit.pretraining.knowledge import ernie_from_options
 from elmokit.pretraining.masking import MaskingVocab
@@ -97,6 +98,10 @@ def _build_ernie(tokenizer, model, options: Mapping[str, Any]):
     return ernie_from_options(tokenizer, options)
 
 
+def _build_ernie2(tokenizer, model, options: Mapping[str, Any]):
+    return ernie2_from_options(tokenizer, model, options)
+
+
 for _spec in (
     ObjectiveSpec("xlnet", "xlnet", "wordpiece", "segment_rows", _build_xlnet,
                   "permutation LM, two-stream attention, segment memory over contiguous streams (Yang et al. 2019)"),
@@ -106,6 +111,9 @@ for _spec in (
                   "encoder-decoder, 50% contiguous fragment masked, decoder predicts it (Song et al. 2019)"),
     ObjectiveSpec("ernie", "bert-mlm", "wordpiece", "segments", _build_ernie,
                   "knowledge masking: whole words -> phrases -> entities in three stages (Sun et al. 2019)"),
+    ObjectiveSpec("ernie2", "bert-mlm", "wordpiece-uncased", "ernie2", _build_ernie2,
+                  "continual multi-task pretraining: knowledge masking, capitalization, token-document relation, "
+                  "sentence reordering and distance, task embeddings, tasks added in stages (Sun et al. 2020)"),
 ):
     register(_spec)
 

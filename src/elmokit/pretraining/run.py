@@ -85,7 +85,7 @@ from elmokit.text.subword_tokenizers import load_tokenizer, train_byte_bpe, trai
 logger = logging.getLogger(__name__)
 
 RUN_KIND = "pretrain"
-TOKENIZER_TEMPLATES = {"wordpiece": None, "roberta": "roberta", "gpt2": "gpt2"}
+TOKENIZER_TEMPLATES = {"wordpiece": None, "wordpiece-uncased": None, "roberta": "roberta", "gpt2": "gpt2"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +103,11 @@ class PretrainConfig:
     ernie_stages: str = "basic,phrase,entity"
     ernie_stage_batches: int | None = None  # None: thirds of max_steps (3 x 1000 batches without it)
     ernie_entities: str | None = None  # en: a NER tagger folder; zh: an entity cache (knowledge_zh.tag_entity_cache)
+    # ERNIE 2.0 (ernie2.ernie2_from_options): tasks in order of introduction, stages or all at once, N per task, k
+    ernie2_tasks: str = "km,cap,tdr,reorder,distance"
+    ernie2_schedule: str = "continual"  # "multitask": every task from the start (the ablation)
+    ernie2_task_iterations: int | None = None  # None: max_steps // number of tasks (1000 without max_steps)
+    ernie2_reorder_pieces: int = 3
     dropout: float | None = None  # None: the preset's (0.1)
     max_tokens: int | None = None  # the longest example in subword tokens (None: the preset's positions)
     # tokenizer (trained on the corpus unless tokenizer_dir is given)
@@ -144,6 +149,20 @@ class PretrainConfig:
                      if getattr(self, name) != type(self).__dataclass_fields__[name].default]
         if ernie_set and self.objective != "ernie":
             raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
+        ernie2_set = [name for name in ("ernie2_tasks", "ernie2_schedule", "ernie2_task_iterations", "ernie2_reorder_pieces")
+                      if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+        if ernie2_set and self.objective != "ernie2":
+            raise ValueError(f"{', '.join(ernie2_set)} go with --objective ernie2")
+        tasks2 = [t.strip() for t in self.ernie2_tasks.split(",") if t.strip()]
+        known2 = ("km", "cap", "tdr", "reorder", "distance", "discourse")
+        if not tasks2 or any(t not in known2 for t in tasks2) or len(set(tasks2)) != len(tasks2):
+            raise ValueError(f"ernie2_tasks {self.ernie2_tasks!r}: give some of {','.join(known2)}, each once")
+        if self.ernie2_schedule not in ("continual", "multitask") or not 1 <= self.ernie2_reorder_pieces <= 4:
+            raise ValueError("ernie2_schedule must be continual or multitask, ernie2_reorder_pieces 1..4")
+        if self.ernie2_schedule == "continual" and self.ernie2_task_iterations is not None \
+                and self.ernie2_task_iterations < len(tasks2) + 1:
+            raise ValueError(f"ernie2_task_iterations {self.ernie2_task_iterations} cannot be spread over {len(tasks2)} "
+                             f"stages; give at least {len(tasks2) + 1}")
         if self.ernie_language not in ("en", "zh"):
             raise ValueError(f"ernie_language must be 'en' or 'zh', got {self.ernie_language!r}")
         stages = [s.strip() for s in self.ernie_stages.split(",") if s.strip()]
@@ -329,8 +348,9 @@ class _PretrainRun:
             else:
                 lines = _tokenizer_lines(files, config.tokenizer_lines)
                 positions = config.example_tokens
-                if kind == "wordpiece":
-                    train_wordpiece(lines, tmp, vocab_size=config.vocab_size, model_max_length=positions)
+                if kind in ("wordpiece", "wordpiece-uncased"):  # ERNIE 2.0 predicts the case: its input has none
+                    train_wordpiece(lines, tmp, vocab_size=config.vocab_size, model_max_length=positions,
+                                    lowercase=kind == "wordpiece-uncased")
                 else:
                     train_byte_bpe(lines, tmp, vocab_size=config.vocab_size, template=TOKENIZER_TEMPLATES[kind],
                                    model_max_length=positions)
@@ -348,7 +368,10 @@ class _PretrainRun:
                 "sbo": config.sbo, "max_steps": config.decay_steps, "ernie_language": config.ernie_language,
                 "ernie_stages": tuple(s.strip() for s in config.ernie_stages.split(",") if s.strip()),
                 "ernie_stage_batches": config.ernie_stage_batches, "ernie_entities": config.ernie_entities,
-                "max_tokens": config.example_tokens})
+                "max_tokens": config.example_tokens, "seed": config.seed,
+                "ernie2_tasks": tuple(t.strip() for t in config.ernie2_tasks.split(",") if t.strip()),
+                "ernie2_schedule": config.ernie2_schedule, "ernie2_task_iterations": config.ernie2_task_iterations,
+                "ernie2_reorder_pieces": config.ernie2_reorder_pieces})
         self.modules = dict(self.objective.modules())
         self.model.to(self.device)
         for module in self.modules.values():
@@ -575,7 +598,8 @@ class _PretrainRun:
             self.model.eval()
             model_dir = self.run_dir / "model"
             with atomic_directory(model_dir) as tmp:
-                self.model.save_pretrained(str(tmp))
+                export = getattr(self.objective, "export_model", None)  # ERNIE 2.0 folds a task embedding into it
+                (export(self.model) if export else self.model).save_pretrained(str(tmp))
                 self.tokenizer.save_pretrained(str(tmp))
                 (tmp / "README.md").write_text(self._card(elapsed), encoding="utf-8")
         self.context.barrier()
