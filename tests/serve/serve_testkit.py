@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from testkit import random_tf_weights, tiny_options, write_original_files
 
 from elmokit.serve.app import create_app
 from elmokit.serve.config import ServeConfig
-from elmokit.serve.server import uvicorn_server
+from elmokit.serve.server import bind, uvicorn_server
 
 WORDS = ["the", "bank", "river", "loan", "a", "play", "Chico", "Ruiz", "made", "spectacular", "on", "'s", ".", ",",
          "grounder", "über", "naïve", "x", "IBM", "2018"]
@@ -69,8 +68,7 @@ class Running:
 
     def __init__(self, app, config: ServeConfig) -> None:
         self.app = app
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock = bind("127.0.0.1", 0)
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn_server(app, config=config, log_level="warning")
