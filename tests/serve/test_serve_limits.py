@@ -17,7 +17,6 @@ from serve_testkit import Gated, Running, floats, metric, running  # noqa: E402
 from elmokit.serve.app import create_app  # noqa: E402
 from elmokit.serve.config import ServeConfig  # noqa: E402
 
-
 JSON = {"content-type": "application/json"}
 
 

@@ -602,8 +602,6 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
               tags=["explorer"], summary="Per layer, each word's nearest occurrences in context in the --index "
               "(Peters et al. 2018, Table 4)")
     async def explorer_neighbors(body: ExplorerNeighborsRequest):
-        if index is None:
-            raise no_index()
         if body.positions is not None and len(body.positions) > config.max_positions:
             raise too_many("positions", len(body.positions), config.max_positions, "--max-positions", "positions",
                            "too_many_positions", "ask for fewer words")
@@ -616,6 +614,8 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
         if len(positions) > config.max_positions:
             raise too_many("words to search", len(positions), config.max_positions, "--max-positions", "positions",
                            "too_many_positions", "give `positions`")
+        if index is None:
+            raise no_index()
         # each hit: its score, place and context (about 100 bytes and 2 x window tokens of some 8 bytes)
         answer_fits(0, len(layers) * len(positions) * body.top * (100 + 16 * body.window), " of neighbour records")
         array = (await embedded([tokens]))[0]  # (L, n, D)
