@@ -21,7 +21,9 @@ class ServeConfig:
     Attributes:
         max_batch_tokens: a batch gathers requests while their tokens fit (one request always runs);
             a request with more tokens is split into pieces of this size.
-        max_wait_ms: how long the oldest waiting request waits for others to share its batch.
+        max_wait_ms: how long the oldest waiting request waits for others to share its batch (0: a batch takes
+            what waits when the worker becomes free, as text-embeddings-inference does; requests that arrive
+            while a batch runs share the next one).
         max_queue: pieces (of up to max_batch_tokens) that may wait for the worker; more get 429 with Retry-After.
         max_inputs: texts in one request (OpenAI's 2048).
         max_input_tokens: tokens in one text (more: 422, or cut to this with ``truncate``).
@@ -43,7 +45,7 @@ class ServeConfig:
     """
 
     max_batch_tokens: int = 4096
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 0.0
     max_queue: int = 256
     max_inputs: int = 2048
     max_input_tokens: int = 512
