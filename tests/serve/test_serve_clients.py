@@ -58,7 +58,8 @@ def loopback_only():
 
 @pytest.fixture(scope="module")
 def live(model_dir):
-    server = ServeProcess("--model", str(model_dir), "--log-level", "warning", env={"ELMOKIT_API_KEY": KEY})
+    server = ServeProcess("--model", str(model_dir), "--log-level", "warning", "--threads", "1",
+                          env={"ELMOKIT_API_KEY": KEY})
     yield server
     server.stop()
 
@@ -68,7 +69,7 @@ def live(model_dir):
 
 def test_openai_sync_float_base64_and_2048_inputs(live, oracle):
     client = openai.OpenAI(base_url=f"{live.url}/v1", api_key=KEY)
-    texts = random_texts(2048, seed=3)
+    texts = random_texts(2048, seed=3, max_len=3)
     default = client.embeddings.create(model="elmo", input=texts)  # the SDK asks for base64 and decodes it
     assert len(default.data) == 2048 and [d.index for d in default.data] == list(range(2048))
     close([d.embedding for d in default.data[:5]], oracle, texts[:5])
@@ -134,7 +135,7 @@ def test_langchain_openai_embeddings_with_the_default_chunk_size(live, oracle):
     embeddings = langchain_openai.OpenAIEmbeddings(model="elmo", base_url=f"{live.url}/v1", api_key=KEY,
                                                    check_embedding_ctx_length=False)
     assert embeddings.chunk_size == 1000
-    texts = random_texts(1200, seed=5)  # two requests: 1000 (more than the old limit of 64) and 200
+    texts = random_texts(1200, seed=5, max_len=3)  # two requests: 1000 (more than the old limit of 64) and 200
     vectors = embeddings.embed_documents(texts)
     assert len(vectors) == 1200
     close([vectors[0], vectors[999], vectors[1199]], oracle, [texts[0], texts[999], texts[1199]])
@@ -148,7 +149,7 @@ def test_llama_index_text_embeddings_inference_and_openai_embedding(live, oracle
     tei = pytest.importorskip("llama_index.embeddings.text_embeddings_inference")
     llama_openai = pytest.importorskip("llama_index.embeddings.openai")
 
-    texts = random_texts(130, seed=6)
+    texts = random_texts(130, seed=6, max_len=3)
     client = tei.TextEmbeddingsInference(model_name="elmo", base_url=live.url, auth_token=KEY)
     vectors = client.get_text_embedding_batch(texts)
     assert len(vectors) == 130

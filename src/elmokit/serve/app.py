@@ -309,8 +309,12 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
         return [*pieces, piece] if piece else pieces
 
     async def embedded(sentences: list[list[str]], variant: str | None = None) -> list[np.ndarray]:
+        pieces = pieces_of(sentences)
+        if len(pieces) > config.max_queue:  # could never be queued: refuse rather than answer 429 forever
+            raise too_many("batches", len(pieces), config.max_queue, "--max-queue", None, "too_many_batches",
+                           "send fewer tokens per request")
         try:
-            futures = batcher.submit_many(pieces_of(sentences), variant)
+            futures = batcher.submit_many(pieces, variant)
         except QueueFull as full:
             raise ServeError(429, str(full), "overloaded", code="queue_full",
                              headers={"Retry-After": str(full.retry_after)}) from None
@@ -412,12 +416,14 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
         answer_fits(0, sum(56 + 6 * len(t) for s in sentences for t in s), " of token records")
         return await json_response(lambda: [_spans(text, tokens, tokenizer) for text, tokens in zip(texts, sentences)])
 
-    @app.api_route("/health", methods=["GET", "HEAD"], tags=["service"], summary="200 while serving, 503 while shutting down")
+    @app.get("/health", tags=["service"], summary="200 while serving, 503 while shutting down (HEAD too)")
     async def health():
         if batcher.closed or not batcher.alive:
             raise ServeError(503, "the server is shutting down" if batcher.closed else "the batching worker is not running",
                              "unhealthy")
         return {"status": "ok"}
+
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
 
     @app.get("/info", tags=["service"], summary="The model, its shape, the limits and the version")
     async def info():
@@ -503,7 +509,8 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
             raise ServeError(400, "give `layers` or `mix`, not both (a mix covers every layer)", "validation", param="mix")
         weights = None
         if body.mix is not None:
-            finite = len(body.mix) == num_layers and all(np.isfinite(body.mix)) and np.isfinite(np.float32(body.gamma))
+            finite = (len(body.mix) == num_layers and all(np.isfinite(body.mix))
+                      and abs(body.gamma) <= float(np.finfo(np.float32).max))
             if not finite:
                 got = f"{len(body.mix)}" if len(body.mix) != num_layers else "a weight, or a gamma that float32 cannot hold"
                 raise ServeError(400, f"`mix` needs {num_layers} finite weights (one per layer) and a gamma finite in "

@@ -52,7 +52,7 @@ class ServeConfig:
     max_request_tokens: int = 100_000
     max_layers: int = 32
     max_positions: int = 128
-    max_response_bytes: int = 64_000_000
+    max_response_bytes: int = 32_000_000
     max_body_bytes: int = 2_000_000
     read_timeout_s: float = 10.0
     request_timeout_s: float = 30.0
