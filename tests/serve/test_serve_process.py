@@ -24,8 +24,9 @@ def test_serve_help_lists_every_limit(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--model", "--vectors", "--host", "--port", "--precision", "--max-batch-tokens", "--max-wait-ms",
-                 "--max-queue", "--max-inputs", "--max-input-tokens", "--max-body-bytes", "--request-timeout-s",
-                 "--api-key", "--tokenizer"):
+                 "--max-queue", "--max-inputs", "--max-input-tokens", "--max-request-tokens", "--max-layers",
+                 "--max-positions", "--max-response-bytes", "--max-body-bytes", "--read-timeout-s", "--request-timeout-s",
+                 "--shutdown-timeout-s", "--api-key", "--allowed-host", "--cors-origin", "--tokenizer"):
         assert flag in out
     assert "127.0.0.1" in out
 

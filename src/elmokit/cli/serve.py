@@ -76,8 +76,8 @@ def register(subparsers) -> None:
                      help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
     net.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     net.add_argument("--api-key", default=None, metavar="KEY",
-                     help="require `Authorization: Bearer KEY` on every route but /health (default: $ELMOKIT_API_KEY "
-                     "if set, else no key)")
+                     help="require `Authorization: Bearer KEY` on every route but /health and the page's files "
+                     "(default: $ELMOKIT_API_KEY if set, else no key; an empty key from either is refused)")
     net.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                      help="also answer requests whose Host header is NAME (repeatable; '*' for any). By default only "
                      f"{', '.join(LOCAL_HOSTS)} and the --host address (any IP address when bound to 0.0.0.0 or ::): "
@@ -88,7 +88,8 @@ def register(subparsers) -> None:
     net.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info",
                      help="uvicorn's log level (default info)")
     net.add_argument("--access-log", action="store_true", help="log every request")
-    limits = parser.add_argument_group("batching and limits")
+    limits = parser.add_argument_group("batching and limits", "a request over a limit is refused before any work: "
+                                       "422 naming the flag (400 on the OpenAI routes)")
     for name, (kind, metavar, text) in LIMIT_FLAGS.items():
         default = SERVE_DEFAULTS[name]
         limits.add_argument("--" + name.replace("_", "-"), type=kind, default=default, metavar=metavar,
