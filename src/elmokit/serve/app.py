@@ -89,6 +89,8 @@ _OPENAI_ERRORS = {code: {"model": OpenAIError} for code in (400, 401, 408, 413, 
 # The estimate of an answer's size: bytes per number written (a float32's shortest form is at most
 # 15 characters, "-1.2345678e-05", and its comma).
 BYTES_PER_NUMBER = 16
+# Answers of at most this many numbers are written on the event loop (well under a millisecond).
+INLINE_NUMBERS = 8192
 
 
 class RequestCut(Exception):
@@ -358,11 +360,15 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
             arrays.extend(future.result())
         return arrays
 
-    async def json_response(build) -> Response:
-        """Turn arrays into JSON bytes off the event loop (large responses take milliseconds): float32 in
-        its shortest form, non-ASCII escaped, and never NaN or Infinity (a 500 naming the cause instead)."""
+    async def json_response(build, numbers: int = INLINE_NUMBERS + 1) -> Response:
+        """Turn arrays into JSON bytes: float32 in its shortest form, non-ASCII escaped, and never NaN or
+        Infinity (a 500 naming the cause instead). Large answers (milliseconds of work) are written off the
+        event loop; small ones (``numbers`` at most INLINE_NUMBERS) on it, which is cheaper than the thread hop."""
         try:
-            body = await anyio.to_thread.run_sync(lambda: dumps(build()))
+            if numbers <= INLINE_NUMBERS:
+                body = dumps(build())
+            else:
+                body = await anyio.to_thread.run_sync(lambda: dumps(build()))
         except NonFinite as error:
             raise ServeError(500, f"the answer holds a value that is not finite ({error}); JSON cannot carry it. The "
                              "model or the request's scale (gamma) overflows float32", "backend",
@@ -386,7 +392,7 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
         texts = texts_of(body.inputs, "inputs")
         answer_fits(len(texts) * dim)
         arrays = await embedded(checked([tokenizer(t) for t in texts], body.truncate, "inputs", body.truncation_direction))
-        return await json_response(lambda: [pooled(a, layer, body.normalize) for a in arrays])
+        return await json_response(lambda: [pooled(a, layer, body.normalize) for a in arrays], len(arrays) * dim)
 
     for embed_path in ("/embed", "/"):  # TEI serves its root as /embed (InferenceClient(model=URL) posts there)
         app.add_api_route(embed_path, embed, methods=["POST"], response_model=list[list[float]], responses=_TEI_ERRORS,
@@ -473,7 +479,7 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
             tokens = sum(len(s) for s in sentences)
             return {"object": "list", "data": data, "model": name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-        return await json_response(build)
+        return await json_response(build, len(arrays) * dim)
 
     for openai_path in ("/v1/embeddings", "/embeddings"):
         app.add_api_route(openai_path, openai_embeddings, methods=["POST"], response_model=OpenAIEmbeddingResponse,

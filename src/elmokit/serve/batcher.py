@@ -264,13 +264,13 @@ class Batcher:
                 self._running_tokens = 0
             seconds = time.perf_counter() - started
             self.cost.observe(tokens, seconds)
+            if self.on_batch is not None:  # before the answers: a client that has its answer sees the batch counted
+                try:
+                    self.on_batch(len(sentences), tokens, seconds)
+                except Exception:  # metrics must never stop the worker
+                    logger.exception("elmokit serve: the batch hook failed")
             start = 0
             for job in jobs:
                 count = len(job.sentences)
                 job.future.set_result([np.asarray(a) for a in arrays[start:start + count]])
                 start += count
-            if self.on_batch is not None:
-                try:
-                    self.on_batch(len(sentences), tokens, seconds)
-                except Exception:  # metrics must never stop the worker
-                    logger.exception("elmokit serve: the batch hook failed")
