@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import contextlib
-import socket
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,7 +18,7 @@ from testkit import random_tf_weights, tiny_options, write_original_files
 
 from elmokit.serve.app import create_app
 from elmokit.serve.config import ServeConfig
-from elmokit.serve.server import uvicorn_server
+from elmokit.serve.server import bind, uvicorn_server
 
 WORDS = ["the", "bank", "river", "loan", "a", "play", "Chico", "Ruiz", "made", "spectacular", "on", "'s", ".", ",",
          "grounder", "über", "naïve", "x", "IBM", "2018"]
@@ -69,8 +72,7 @@ class Running:
 
     def __init__(self, app, config: ServeConfig) -> None:
         self.app = app
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock = bind("127.0.0.1", 0)
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn_server(app, config=config, log_level="warning")
@@ -111,6 +113,56 @@ def running(representation, config: ServeConfig | None = None, **create_options)
         yield server
     finally:
         server.stop(wait=False)  # its port is its own: the next test need not wait for it
+
+
+class ServeProcess:
+    """A real `elmokit serve` process on a free 127.0.0.1 port: ``url``, ``lines`` (its stderr), ``process``."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "elmokit.cli.main", "serve", "--port", "0", *args],
+                                        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        self.port: int | None = None
+        found = threading.Event()
+
+        def read():
+            for line in self.process.stderr:
+                self.lines.append(line)
+                match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+                if match:
+                    self.port = int(match.group(1))
+                    found.set()
+            found.set()
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        if not found.wait(60) or self.port is None:
+            self.process.kill()
+            raise AssertionError("elmokit serve did not start:\n" + "".join(self.lines))
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 60
+        while True:  # bound before the model's app starts listening: wait for /health
+            try:
+                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("elmokit serve did not answer /health:\n" + "".join(self.lines))
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.kill()
+        return self.process.wait(30)
+
+    def rss_bytes(self) -> int:
+        """The process's resident memory now (Linux /proc)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
 
 
 def floats(data) -> np.ndarray:

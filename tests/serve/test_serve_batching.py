@@ -40,7 +40,7 @@ def test_concurrent_clients_get_the_vectors_of_their_input_alone(server_embedder
         async def all_at_once():
             async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
                 return await asyncio.gather(*(
-                    client.post("/v1/elmo" if i % 2 else "/embed_all", json={"inputs": texts})
+                    client.post("/v1/elmo" if i % 2 else "/embed_all", json={"inputs": texts, "return_tokens": True})
                     for i, texts in enumerate(requests)))
 
         responses = asyncio.run(all_at_once())

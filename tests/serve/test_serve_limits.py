@@ -17,6 +17,8 @@ from serve_testkit import Gated, Running, floats, metric, running  # noqa: E402
 from elmokit.serve.app import create_app  # noqa: E402
 from elmokit.serve.config import ServeConfig  # noqa: E402
 
+JSON = {"content-type": "application/json"}
+
 
 def tei_error(response, status: int, error_type: str) -> str:
     assert response.status_code == status, response.text
@@ -37,8 +39,7 @@ def openai_error(response, status: int, code: str) -> dict:
 @pytest.mark.parametrize("route", ["/embed", "/embed_all", "/v1/elmo"])
 @pytest.mark.parametrize("body", [b"{not json", b"", b'{"inputs": 3}', b'{"inputs": [1, 2]}', b"[]", b'{"normalize": true}'])
 def test_malformed_bodies_are_400_in_tei_style(server, route, body):
-    message = tei_error(server.client.post(route, content=body, headers={"content-type": "application/json"}),
-                        400, "validation")
+    message = tei_error(server.client.post(route, content=body, headers=JSON), 400, "validation")
     assert message
 
 
@@ -48,7 +49,7 @@ def test_empty_inputs_are_400(server, inputs):
 
 
 def test_openai_errors_are_nested(server):
-    error = openai_error(server.client.post("/v1/embeddings", content=b"{oops"), 400, "invalid_request")
+    error = openai_error(server.client.post("/v1/embeddings", content=b"{oops", headers=JSON), 400, "invalid_request")
     assert error["type"] == "invalid_request_error" and "JSON" in error["message"]
     openai_error(server.client.post("/v1/embeddings", json={"input": []}), 400, "empty")
     assert openai_error(server.client.post("/v1/embeddings", json={"input": [[1, 2, 3]]}), 400,
@@ -64,7 +65,7 @@ def test_unknown_routes_and_bad_layers(server):
     tei_error(server.client.post("/v1/elmo", json={"inputs": "a", "tokens": [["a"]]}), 400, "validation")
     tei_error(server.client.post("/v1/elmo", json={"inputs": "a", "mix": [1.0]}), 400, "validation")
     tei_error(server.client.post("/v1/elmo", json={"inputs": "a", "mix": [1, 1, 1], "layers": [0]}), 400, "validation")
-    tei_error(server.client.post("/v1/elmo", content=b'{"inputs": "a", "mix": [NaN, 1, 1]}'), 400, "validation")
+    tei_error(server.client.post("/v1/elmo", content=b'{"inputs": "a", "mix": [NaN, 1, 1]}', headers=JSON), 400, "validation")
     tei_error(server.client.post("/v1/elmo", json={"tokens": []}), 400, "empty")
 
 
@@ -72,9 +73,10 @@ def test_any_text_json_can_carry_is_answered(server):
     """A lone surrogate is valid JSON: it is tokenised, embedded (the model drops it, as the reference
     does) and echoed back escaped, never a 500."""
     body = b'{"inputs": "a \\ud800 \\u00fcber"}'
-    tokens = server.client.post("/tokenize", content=body).json()[0]
+    tokens = server.client.post("/tokenize", content=body, headers=JSON).json()[0]
     assert [t["text"] for t in tokens] == ["a", "\ud800", "\u00fcber"]
-    assert server.client.post("/embed_all", content=body).json()[0]["tokens"] == ["a", "\ud800", "\u00fcber"]
+    assert server.client.post("/embed_all", content=body.replace(b"}", b', "return_tokens": true}'),
+                              headers=JSON).json()[0]["tokens"] == ["a", "\ud800", "\u00fcber"]
 
 
 def test_body_size_too_many_inputs_and_tokens(server_embedder, oracle):
@@ -88,14 +90,15 @@ def test_body_size_too_many_inputs_and_tokens(server_embedder, oracle):
             for _ in range(10):
                 yield b'{"inputs": "' + b"w " * 30 + b'"'
 
-        tei_error(server.client.post("/embed", content=chunks()), 413, "payload_too_large")
+        tei_error(server.client.post("/embed", content=chunks(), headers=JSON), 413, "payload_too_large")
         message = tei_error(server.client.post("/embed", json={"inputs": ["a", "b", "c"]}), 422, "validation")
         assert "--max-inputs" in message and "2" in message
         message = tei_error(server.client.post("/embed_all", json={"inputs": "a b c d e"}), 422, "validation")
         assert "--max-input-tokens" in message and "4" in message
-        assert openai_error(server.client.post("/v1/embeddings", json={"input": ["a", "b", "c"]}), 422,
+        assert openai_error(server.client.post("/v1/embeddings", json={"input": ["a", "b", "c"]}), 400,
                             "too_many_inputs")["param"] == "input"
-        cut = server.client.post("/embed_all", json={"inputs": "a b c d e", "truncate": True}).json()[0]
+        cut = server.client.post("/embed_all", json={"inputs": "a b c d e", "truncate": True,
+                                                     "return_tokens": True}).json()[0]
         assert cut["tokens"] == ["a", "b", "c", "d"]
         assert np.array_equal(floats(cut["embeddings"]), oracle.embed([["a", "b", "c", "d"]])[0][-1])
 
@@ -172,7 +175,7 @@ def test_shutdown_finishes_accepted_requests(server_embedder, oracle):
 
     def call(text):
         with httpx.Client(base_url=server.url, timeout=20) as client:
-            results[text] = client.post("/embed_all", json={"inputs": text})
+            results[text] = client.post("/embed_all", json={"inputs": text, "return_tokens": True})
 
     threads = [threading.Thread(target=call, args=(text,)) for text in ("a b", "c d e", "f")]
     threads[0].start()

@@ -3,11 +3,7 @@ then SIGTERM while requests wait in its queue: they complete, and the process ex
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +13,7 @@ import pytest
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install 'elmokit[serve]' httpx")
 httpx = pytest.importorskip("httpx", reason="needs httpx")
 
-from serve_testkit import floats, metric  # noqa: E402
+from serve_testkit import ServeProcess, floats, metric  # noqa: E402
 
 from elmokit.cli.main import main  # noqa: E402
 
@@ -28,8 +24,9 @@ def test_serve_help_lists_every_limit(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--model", "--vectors", "--host", "--port", "--precision", "--max-batch-tokens", "--max-wait-ms",
-                 "--max-queue", "--max-inputs", "--max-input-tokens", "--max-body-bytes", "--request-timeout-s",
-                 "--api-key", "--tokenizer"):
+                 "--max-queue", "--max-inputs", "--max-input-tokens", "--max-request-tokens", "--max-layers",
+                 "--max-positions", "--max-response-bytes", "--max-body-bytes", "--read-timeout-s", "--request-timeout-s",
+                 "--shutdown-timeout-s", "--api-key", "--allowed-host", "--cors-origin", "--tokenizer"):
         assert flag in out
     assert "127.0.0.1" in out
 
@@ -37,47 +34,6 @@ def test_serve_help_lists_every_limit(capsys):
 def test_serve_names_a_missing_model(tmp_path, capsys):
     assert main(["serve", "--model", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
-
-
-class ServeProcess:
-    def __init__(self, *args: str, env: dict | None = None) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "elmokit.cli.main", "serve", "--port", "0", *args],
-                                        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
-        self.lines: list[str] = []
-        self.port: int | None = None
-        found = threading.Event()
-
-        def read():
-            for line in self.process.stderr:
-                self.lines.append(line)
-                match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if match:
-                    self.port = int(match.group(1))
-                    found.set()
-            found.set()
-
-        self.reader = threading.Thread(target=read, daemon=True)
-        self.reader.start()
-        if not found.wait(60) or self.port is None:
-            self.process.kill()
-            raise AssertionError("elmokit serve did not start:\n" + "".join(self.lines))
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while True:  # bound before the model's app starts listening: wait for /health
-            try:
-                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("elmokit serve did not answer /health:\n" + "".join(self.lines))
-            time.sleep(0.05)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.kill()
-        return self.process.wait(30)
 
 
 @pytest.mark.slow

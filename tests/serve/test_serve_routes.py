@@ -42,15 +42,15 @@ def test_embed_single_string_layer_and_no_normalize(server, oracle):
 
 
 def test_embed_all_gives_tokens_beside_their_exact_vectors(server, oracle):
-    response = server.client.post("/embed_all", json={"inputs": TEXTS})
+    response = server.client.post("/embed_all", json={"inputs": TEXTS, "return_tokens": True})
     assert response.status_code == 200
     for text, item in zip(TEXTS, response.json()):
         assert item["tokens"] == text.split()
         assert np.array_equal(floats(item["embeddings"]), oracle.embed([text.split()])[0][-1])
 
 
-def test_embed_all_in_tei_shape_when_asked(server, oracle):
-    response = server.client.post("/embed_all", json={"inputs": "the bank", "return_tokens": False, "layer": 1})
+def test_embed_all_answers_tei_shape_by_default(server, oracle):
+    response = server.client.post("/embed_all", json={"inputs": "the bank", "layer": 1})
     got = response.json()
     assert isinstance(got, list) and isinstance(got[0][0], list)
     assert np.array_equal(floats(got[0]), oracle.embed([["the", "bank"]])[0][1])
@@ -104,7 +104,7 @@ def test_health_info_and_openapi(server, oracle):
     info = server.client.get("/info").json()
     assert (info["model_id"], info["num_layers"], info["dim"], info["version"]) == (oracle.name, 3, 10, __version__)
     assert info["fingerprint"] == oracle.fingerprint and info["model_dtype"] == "float32"
-    assert info["limits"]["max_inputs"] == info["max_client_batch_size"] == 64 and "api_key" not in info["limits"]
+    assert info["limits"]["max_inputs"] == info["max_client_batch_size"] == 2048 and "api_key" not in info["limits"]
     schema = server.client.get("/openapi.json").json()
     routes = {"/embed", "/embed_all", "/tokenize", "/health", "/info", "/metrics", "/v1/embeddings", "/v1/elmo"}
     assert routes <= set(schema["paths"])

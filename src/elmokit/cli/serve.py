@@ -27,19 +27,33 @@ from elmokit.cli.common import (
     positive_float,
     positive_int,
 )
-from elmokit.errors import InputNotFound
-from elmokit.serve.config import ServeConfig
+from elmokit.errors import InputNotFound, UserError
+from elmokit.serve.config import LOCAL_HOSTS, ServeConfig
 
-# ServeConfig field -> (type, metavar, help); the defaults are ServeConfig's, so the two never drift.
+
+class ServeFlagError(UserError):
+    """A flag or environment variable of `elmokit serve` that cannot be honoured."""
+
+
+# The one table of limits: ServeConfig field -> (type, metavar, help); the defaults are ServeConfig's, so
+# the two never drift. A request over a limit is refused before any work (422; 400 on the OpenAI routes).
 LIMIT_FLAGS = {
-    "max_batch_tokens": (positive_int, "N", "tokens per batch the worker gathers from concurrent requests"),
+    "max_batch_tokens": (positive_int, "N", "tokens per batch the worker gathers from concurrent requests; a larger "
+                         "request is split into pieces of this size"),
     "max_wait_ms": (non_negative_float, "MS", "how long a request waits for others to share its batch"),
-    "max_queue": (positive_int, "N", "requests that may wait; beyond, 429 with Retry-After"),
-    "max_inputs": (positive_int, "N", "texts per request; beyond, 422"),
+    "max_queue": (positive_int, "N", "request pieces that may wait; beyond, 429 with Retry-After"),
+    "max_inputs": (positive_int, "N", "texts per request (OpenAI's 2048); beyond, 422"),
     "max_input_tokens": (positive_int, "N", "tokens per text; beyond, 422 unless the request asks to truncate"),
+    "max_request_tokens": (positive_int, "N", "tokens per request, all texts together; beyond, 422"),
+    "max_layers": (positive_int, "N", "entries of a request's `layers` list; beyond, 422"),
+    "max_positions": (positive_int, "N", "words the explorer's neighbour search looks up per request; beyond, 422"),
+    "max_response_bytes": (positive_int, "N", "estimated size of an answer (16 bytes a number); beyond, 422"),
     "max_body_bytes": (positive_int, "N", "request body size; beyond, 413"),
+    "read_timeout_s": (positive_float, "S", "a client must send a request's head, then its body, within this; "
+                       "else the connection is closed (head) or answered 408 (body)"),
     "request_timeout_s": (positive_float, "S", "a request not answered by then gets 504"),
-    "shutdown_timeout_s": (non_negative_float, "S", "on SIGTERM, how long accepted requests may take to finish"),
+    "shutdown_timeout_s": (non_negative_float, "S", "on SIGTERM, how long accepted requests may take to finish; "
+                           "those still waiting are answered 503 and the exit status is 1"),
 }
 SERVE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
 
@@ -61,12 +75,20 @@ def register(subparsers) -> None:
                      help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
     net.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     net.add_argument("--api-key", default=None, metavar="KEY",
-                     help="require `Authorization: Bearer KEY` on every route but /health (default: $ELMOKIT_API_KEY "
-                     "if set, else no key)")
+                     help="require `Authorization: Bearer KEY` on every route but /health and the page's files "
+                     "(default: $ELMOKIT_API_KEY if set, else no key; an empty key from either is refused)")
+    net.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                     help="also answer requests whose Host header is NAME (repeatable; '*' for any). By default only "
+                     f"{', '.join(LOCAL_HOSTS)} and the --host address (any IP address when bound to 0.0.0.0 or ::): "
+                     "a web page that rebinds its own name to this machine is refused")
+    net.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                     help="let web pages of ORIGIN (e.g. https://app.example) call the API from a browser (repeatable; "
+                     "default: none, no CORS headers are sent)")
     net.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info",
                      help="uvicorn's log level (default info)")
     net.add_argument("--access-log", action="store_true", help="log every request")
-    limits = parser.add_argument_group("batching and limits")
+    limits = parser.add_argument_group("batching and limits", "a request over a limit is refused before any work: "
+                                       "422 naming the flag (400 on the OpenAI routes)")
     for name, (kind, metavar, text) in LIMIT_FLAGS.items():
         default = SERVE_DEFAULTS[name]
         limits.add_argument("--" + name.replace("_", "-"), type=kind, default=default, metavar=metavar,
@@ -99,15 +121,22 @@ def run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as error:
         print(f"elmokit serve: error: {error.name} is not installed; pip install 'elmokit[serve]'", file=sys.stderr)
         return 2
-    api_key = args.api_key if args.api_key is not None else os.environ.get("ELMOKIT_API_KEY") or None
     if not 0 <= args.port <= 65535:
         print(f"elmokit serve: error: --port {args.port} is not a port (0..65535)", file=sys.stderr)
         return 2
     try:
+        api_key = args.api_key if args.api_key is not None else os.environ.get("ELMOKIT_API_KEY")
+        if api_key is not None and not api_key.strip():
+            where = "--api-key" if args.api_key is not None else "ELMOKIT_API_KEY"
+            raise ServeFlagError(f"{where} is empty: an empty key would let anyone in; set a key, or unset "
+                                 f"{where} to serve without one")
+        allowed = tuple(dict.fromkeys([*LOCAL_HOSTS, args.host, *args.allowed_host]))
         config = ServeConfig(**{name: getattr(args, name) for name in LIMIT_FLAGS}, api_key=api_key,
-                             tokenizer=args.tokenizer or "whitespace")
+                             tokenizer=args.tokenizer or "whitespace", allowed_hosts=allowed,
+                             cors_origins=tuple(args.cors_origin))
         apply_threads(args)
         representation, spec = load_representation(args, batch_size=args.batch_size)
+        _check_finite_table(representation, args)
         recorded = getattr(representation, "tokenizer", None)  # Embedder: the model's segmenter, if any
         if args.tokenizer is None and recorded is not None:
             config = dataclasses.replace(config, tokenizer=recorded.kind)
@@ -131,9 +160,29 @@ def run(args: argparse.Namespace) -> int:
           f"listening on {url} (docs at {url}/docs)", file=sys.stderr, flush=True)
     stopped_by = serve(app, host=args.host, port=port, config=config, log_level=args.log_level,
                        access_log=args.access_log, sock=sock)
+    cut = app.state.stopping.cut
+    if cut:
+        print(f"elmokit serve: stopped by {stopped_by or 'shutdown'}; {cut} accepted request(s) were not finished "
+              f"within --shutdown-timeout-s {config.shutdown_timeout_s:g} and were answered 503", file=sys.stderr)
+        return 1
     if stopped_by:
         print(f"elmokit serve: stopped by {stopped_by} after finishing the accepted requests", file=sys.stderr)
     return 0
+
+
+def _check_finite_table(representation, args) -> None:
+    """A static table with a NaN or infinite row would answer numbers JSON cannot carry: refuse it at start."""
+    vectors = getattr(representation, "vectors", None)
+    if args.vectors is None or vectors is None:
+        return
+    import numpy as np
+
+    bad = np.flatnonzero(~np.isfinite(np.asarray(vectors)).all(axis=1))
+    if len(bad):
+        words = getattr(representation, "words", None)
+        first = f"{words[bad[0]]!r} (row {bad[0] + 1})" if words is not None else f"row {bad[0] + 1}"
+        raise ServeFlagError(f"--vectors {args.vectors}: {len(bad)} row(s) hold NaN or infinite values, the first "
+                             f"{first}; fix: drop or repair those rows")
 
 
 def representation_state(representation) -> str | None:

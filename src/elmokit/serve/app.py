@@ -1,19 +1,25 @@
 """The HTTP API (FastAPI): text-embeddings-inference's routes, the OpenAI-compatible embeddings route,
 and elmokit's own per-layer route, over one representation and one batching worker.
 
-    POST /embed            TEI: a pooled vector per input (mean of one layer over tokens), normalised
-    POST /embed_all        TEI: every token's vector of one layer, with the token texts beside them
+    POST /embed, POST /    TEI: a pooled vector per input (mean of one layer over tokens), normalised
+    POST /embed_all        TEI: every token's vector of one layer ([[[float]]]; the tokens on request)
     POST /tokenize         TEI: the tokens the server cuts each text into, with character offsets
-    POST /v1/embeddings    OpenAI: unit-length mean of the top layer, float or base64
+    POST /v1/embeddings    OpenAI (also /embeddings): unit-length mean of the top layer, float or base64
+    GET  /v1/models        OpenAI: the served model
     POST /v1/elmo          elmokit: per-layer per-token vectors, a layer selection or a scalar mix
-    GET  /health, /info, /metrics (Prometheus), /openapi.json, /docs
+    GET  /health (and HEAD), /info, /metrics (Prometheus), /openapi.json, /docs
     GET  /                 the explorer page (static files in ``serve/static/explorer``), over
     GET  /v1/explorer, POST /v1/explorer/neighbors, /similarity, /projection, GET /v1/explorer/layer-weights
 
 Every vector comes from ``representation.embed`` through ``Batcher``; the per-token vectors a
 client receives are bit-identical to ``Embedder.embed`` of its input alone (float32 values written
-as the shortest decimal that reads back to the same float). Limits and the shape of errors:
-``elmokit.serve.errors``; the settings: ``ServeConfig``.
+as the shortest decimal that reads back to the same float32, ``elmokit.serve.encode``). Limits and
+the shape of errors: ``elmokit.serve.errors``; the settings: ``ServeConfig``.
+
+Safety: every request is checked against the limits before any work (its inputs, tokens per input
+and in all, layers, positions, and the estimated size of its answer); bodies must be JSON (415
+otherwise, so a web page cannot post one without a CORS preflight, and no CORS is answered unless
+``cors_origins`` says so); the Host header must be one of ``allowed_hosts`` (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
+import ipaddress
 import json
 import logging
 import time
@@ -34,11 +41,13 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import FileResponse, Response
 
 from elmokit.serve import explorer
 from elmokit.serve.batcher import Batcher, QueueFull, ShuttingDown
-from elmokit.serve.config import ServeConfig
+from elmokit.serve.config import WILDCARD_HOSTS, ServeConfig
+from elmokit.serve.encode import NonFinite, dumps
 from elmokit.serve.errors import ServeError, error_response
 from elmokit.serve.metrics import ServerMetrics
 from elmokit.serve.schemas import (
@@ -57,6 +66,7 @@ from elmokit.serve.schemas import (
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
     OpenAIError,
+    OpenAIModelList,
     TEIError,
     TokenInfo,
     TokenizeRequest,
@@ -71,11 +81,56 @@ STATIC_DIR = Path(__file__).resolve().parent / "static" / "explorer"
 PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
               "/explorer/explorer.js": ("explorer.js", "text/javascript; charset=utf-8"),
               "/explorer/explorer.css": ("explorer.css", "text/css; charset=utf-8")}
-# Answered without the API key: load balancers probe /health; the page's files hold no data (the
-# page asks for the key and sends it with each API call).
+# Answered to GET and HEAD without the API key: load balancers probe /health; the page's files hold
+# no data (the page asks for the key and sends it with each API call).
 OPEN_PATHS = ("/health", *PAGE_FILES)
-_TEI_ERRORS = {code: {"model": TEIError} for code in (400, 401, 413, 422, 429, 500, 503, 504)}
-_OPENAI_ERRORS = {code: {"model": OpenAIError} for code in (400, 401, 413, 422, 429, 500, 503, 504)}
+_TEI_ERRORS = {code: {"model": TEIError} for code in (400, 401, 408, 413, 415, 422, 429, 500, 503, 504)}
+_OPENAI_ERRORS = {code: {"model": OpenAIError} for code in (400, 401, 408, 413, 415, 429, 500, 503, 504)}
+# The estimate of an answer's size: bytes per number written (a float32's shortest form is at most
+# 15 characters, "-1.2345678e-05", and its comma).
+BYTES_PER_NUMBER = 16
+# Answers of at most this many numbers are written on the event loop (well under a millisecond).
+INLINE_NUMBERS = 8192
+
+
+class RequestCut(Exception):
+    """The server stopped before this accepted request was answered."""
+
+
+class Stopping:
+    """The shutdown as the app sees it: ``begin`` (called by the server the moment it stops accepting)
+    gives the accepted requests ``timeout_s``; then every request still waiting is cut (answered 503)
+    and counted in ``cut``."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.begun = False
+        self.past_deadline = False
+        self.cut = 0
+        self._waiting: set[asyncio.Future] = set()
+
+    def begin(self) -> None:
+        if not self.begun:
+            self.begun = True
+            asyncio.get_running_loop().call_later(self.timeout_s, self._cut_waiting)
+
+    def _cut_waiting(self) -> None:
+        self.past_deadline = True
+        for waiter in list(self._waiting):
+            self._cut(waiter)
+
+    def _cut(self, waiter: asyncio.Future) -> None:
+        if not waiter.done():
+            waiter.set_exception(RequestCut())
+            self.cut += 1
+
+    def watch(self, waiter: asyncio.Future) -> None:
+        self._waiting.add(waiter)
+        if self.past_deadline:
+            self._cut(waiter)
+
+    def forget(self, waiter: asyncio.Future) -> None:
+        self._waiting.discard(waiter)
 
 
 def create_app(representation, config: ServeConfig | None = None, *, spec: dict | None = None,
@@ -112,21 +167,30 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
     batcher_holder.append(batcher)
     num_layers, dim, name = int(representation.num_layers), int(representation.dim), str(representation.name)
 
+    stopping = Stopping(config.shutdown_timeout_s)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         batcher.start()
         logger.info("elmokit serve: %s ready (%d layers of %d)", name, num_layers, dim)
         yield
-        # uvicorn has stopped accepting and waited for the requests in flight; finish what is queued.
-        stopped = await anyio.to_thread.run_sync(batcher.close, config.shutdown_timeout_s)
-        logger.info("elmokit serve: batcher %s", "drained" if stopped else "still busy after the shutdown timeout")
+        # uvicorn has stopped accepting and the requests in flight are answered (or were cut at the
+        # shutdown timeout, 503); stop the worker (a batch it is inside of cannot be interrupted).
+        stopping.begin()
+        stopped = await anyio.to_thread.run_sync(batcher.close, 1.0 if stopping.cut else config.shutdown_timeout_s)
+        if stopping.cut:
+            logger.warning("elmokit serve: %d accepted request(s) were not answered within the shutdown timeout "
+                           "(--shutdown-timeout-s %g) and were answered 503", stopping.cut, config.shutdown_timeout_s)
+        else:
+            logger.info("elmokit serve: every accepted request was answered; batcher %s",
+                        "stopped" if stopped else "still inside a batch")
 
     from elmokit import __version__
 
     app = FastAPI(title="elmokit", version=__version__, lifespan=lifespan,
                   description="Deep contextualized word representations over HTTP: text-embeddings-inference routes, "
                   "an OpenAI-compatible /v1/embeddings, and elmokit's per-layer /v1/elmo. See docs/serve.md.")
-    app.state.batcher, app.state.metrics, app.state.config = batcher, metrics, config
+    app.state.batcher, app.state.metrics, app.state.config, app.state.stopping = batcher, metrics, config, stopping
 
     # ---- errors: every one as JSON in the route's style -----------------------------------------
 
@@ -151,6 +215,10 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
 
     # ---- the shared steps --------------------------------------------------------------------------
 
+    def too_many(what: str, count: int, limit: int, flag: str, param: str | None, code: str, fix: str) -> ServeError:
+        return ServeError(422, f"{count} {what} in one request, more than the limit of {limit} ({flag}); {fix}",
+                          "validation", param=param, code=code)
+
     def texts_of(inputs: Any, param: str) -> list[str]:
         if isinstance(inputs, str):
             return [inputs]
@@ -160,30 +228,60 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
             raise ServeError(400, f"`{param}` holds token ids; this server reads text (ELMo spells words by characters)",
                              "validation", param=param, code="token_ids_not_supported")
         if len(inputs) > config.max_inputs:
-            raise ServeError(422, f"{len(inputs)} inputs in one request, more than the limit of {config.max_inputs} "
-                             "(--max-inputs); split the request", "validation", param=param, code="too_many_inputs")
+            raise too_many("inputs", len(inputs), config.max_inputs, "--max-inputs", param, "too_many_inputs",
+                           "split the request")
         return list(inputs)
 
-    def checked(sentences: list[list[str]], truncate: bool, param: str) -> list[list[str]]:
+    def checked(sentences: list[list[str]], truncate: bool, param: str, direction: str = "Right",
+                openai: bool = False, allow_empty: bool = False) -> list[list[str]]:
+        """The sentences within the limits (cut where ``truncate`` asks), or the 422 naming the limit."""
         if len(sentences) > config.max_inputs:
-            raise ServeError(422, f"{len(sentences)} inputs in one request, more than the limit of {config.max_inputs} "
-                             "(--max-inputs); split the request", "validation", param=param, code="too_many_inputs")
-        out = []
+            raise too_many("inputs", len(sentences), config.max_inputs, "--max-inputs", param, "too_many_inputs",
+                           "split the request")
+        out, limit = [], config.max_input_tokens
         for i, tokens in enumerate(sentences):
-            if not tokens:
+            if not tokens and not allow_empty:
                 raise ServeError(400, f"`{param}` item {i} has no tokens (empty or only spaces); every input needs at "
                                  "least one token", "empty", param=param)
-            if len(tokens) > config.max_input_tokens:
+            if len(tokens) > limit:
+                if openai:  # OpenAI's context-length error: a 400 there (errors.error_response)
+                    raise ServeError(422, f"`{param}` item {i} has {len(tokens)} tokens, more than this model's maximum "
+                                     f"context length of {limit} tokens (--max-input-tokens); shorten or split the "
+                                     "text (this route does not truncate)", "validation", param=param,
+                                     code="context_length_exceeded")
                 if not truncate:
                     raise ServeError(422, f"`{param}` item {i} has {len(tokens)} tokens, more than the limit of "
-                                     f"{config.max_input_tokens} (--max-input-tokens); send truncate: true to cut it",
-                                     "validation", param=param, code="too_many_tokens")
-                tokens = tokens[: config.max_input_tokens]
+                                     f"{limit} (--max-input-tokens); send truncate: true to cut it", "validation",
+                                     param=param, code="too_many_tokens")
+                tokens = tokens[-limit:] if direction.lower() == "left" else tokens[:limit]
             out.append(tokens)
+        total = sum(len(tokens) for tokens in out)
+        if total > config.max_request_tokens:
+            raise too_many("tokens", total, config.max_request_tokens, "--max-request-tokens", param,
+                           "too_many_request_tokens", "send fewer or shorter texts per request")
         return out
 
-    def tokenised(inputs: Any, truncate: bool, param: str) -> list[list[str]]:
-        return checked([tokenizer(text) for text in texts_of(inputs, param)], truncate, param)
+    def tokenised(inputs: Any, truncate: bool, param: str, direction: str = "Right", openai: bool = False):
+        return checked([tokenizer(text) for text in texts_of(inputs, param)], truncate, param, direction, openai)
+
+    def answer_fits(numbers: int, extra_bytes: int = 0, what: str = "") -> None:
+        """Refuse (before any work) an answer estimated larger than --max-response-bytes."""
+        estimate = numbers * BYTES_PER_NUMBER + extra_bytes
+        if estimate > config.max_response_bytes:
+            raise ServeError(422, f"the answer would be about {estimate / 1e6:.1f} MB ({numbers} numbers{what}), more "
+                             f"than the limit of {config.max_response_bytes} bytes (--max-response-bytes); ask for "
+                             "fewer texts, tokens or layers per request", "validation", code="response_too_large")
+
+    def no_prompts(prompt_name: str | None) -> None:
+        if prompt_name is not None:
+            raise ServeError(422, f"`prompt_name` {prompt_name!r}: this model has no prompts; leave it out",
+                             "validation", param="prompt_name", code="prompt_not_found")
+
+    def same_dimensions(dimensions: int | None) -> None:
+        if dimensions is not None and dimensions != dim:
+            raise ServeError(422, f"`dimensions` {dimensions}: this model gives vectors of {dim} and was not trained to "
+                             "be shortened (Matryoshka); leave it out", "validation", param="dimensions",
+                             code="invalid_dimensions")
 
     def layer_index(layer: int, param: str = "layer") -> int:
         if not -num_layers <= layer < num_layers:
@@ -191,29 +289,90 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
                              f"-1 for the top)", "validation", param=param, code="invalid_layer")
         return layer % num_layers
 
+    def layer_list(layers: list[int] | None, param: str = "layers", distinct: bool = False) -> list[int]:
+        if layers is not None and len(layers) > config.max_layers:
+            raise too_many("layers", len(layers), config.max_layers, "--max-layers", param, "too_many_layers",
+                           f"the model has {num_layers}")
+        out = [layer_index(i, param) for i in (layers or range(num_layers))]
+        if distinct and len(set(out)) < len(out):
+            raise ServeError(400, f"`{param}` names a layer twice; name each once", "validation", param=param,
+                             code="repeated_layer")
+        return out
+
+    def pieces_of(sentences: list[list[str]]) -> list[list[list[str]]]:
+        """A request's sentences in pieces of at most --max-batch-tokens (one sentence always fits)."""
+        pieces, piece, tokens = [], [], 0
+        for sentence in sentences:
+            if piece and tokens + len(sentence) > config.max_batch_tokens:
+                pieces.append(piece)
+                piece, tokens = [], 0
+            piece.append(sentence)
+            tokens += len(sentence)
+        return [*pieces, piece] if piece else pieces
+
     async def embedded(sentences: list[list[str]], variant: str | None = None) -> list[np.ndarray]:
+        pieces = pieces_of(sentences)
+        if len(pieces) > config.max_queue:  # could never be queued: refuse rather than answer 429 forever
+            raise too_many("batches", len(pieces), config.max_queue, "--max-queue", None, "too_many_batches",
+                           "send fewer tokens per request")
         try:
-            future = batcher.submit(sentences, variant)
+            futures = batcher.submit_many(pieces, variant)
         except QueueFull as full:
             raise ServeError(429, str(full), "overloaded", code="queue_full",
                              headers={"Retry-After": str(full.retry_after)}) from None
-        except ShuttingDown as stopping:
-            raise ServeError(503, str(stopping), "unhealthy", code="shutting_down") from None
+        except ShuttingDown as stopping_now:
+            raise ServeError(503, str(stopping_now), "unhealthy", code="shutting_down") from None
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        left = [len(futures)]
+
+        def arrived() -> None:
+            left[0] -= 1
+            if left[0] == 0 and not waiter.done():
+                waiter.set_result(None)
+
+        def done(_future) -> None:  # in the worker thread
+            try:
+                loop.call_soon_threadsafe(arrived)
+            except RuntimeError:  # the loop has closed: nobody waits any more
+                pass
+
+        for future in futures:
+            future.add_done_callback(done)
+        stopping.watch(waiter)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), config.request_timeout_s)
+            await asyncio.wait_for(asyncio.shield(waiter), config.request_timeout_s)
         except TimeoutError:
-            future.cancel()  # leaves its batch if the worker has not taken it yet
             raise ServeError(504, f"the request was not answered within {config.request_timeout_s:g} s "
                              "(--request-timeout-s); retry later or send fewer texts", "timeout", code="timeout") from None
-        except ServeError:
-            raise
-        except Exception as error:  # the model failed on this batch
-            raise ServeError(500, f"the model failed: {type(error).__name__}: {error}", "backend") from None
+        except RequestCut:
+            raise ServeError(503, "the server stopped before this request was answered (--shutdown-timeout-s); retry "
+                             "on a running server", "unhealthy", code="shutting_down") from None
+        finally:
+            stopping.forget(waiter)
+            for future in futures:
+                future.cancel()  # leaves its batch if the worker has not taken it (no-op once done)
+        arrays = []
+        for future in futures:
+            error = future.exception()
+            if error is not None:  # the model failed on this batch
+                raise ServeError(500, f"the model failed: {type(error).__name__}: {error}", "backend")
+            arrays.extend(future.result())
+        return arrays
 
-    async def json_response(build) -> Response:
-        """Turn arrays into JSON bytes off the event loop (large responses take milliseconds); non-ASCII
-        escaped, so that any string a client sent (even a lone surrogate) can be echoed."""
-        body = await anyio.to_thread.run_sync(lambda: json.dumps(build(), separators=(",", ":")).encode())
+    async def json_response(build, numbers: int = INLINE_NUMBERS + 1) -> Response:
+        """Turn arrays into JSON bytes: float32 in its shortest form, non-ASCII escaped, and never NaN or
+        Infinity (a 500 naming the cause instead). Large answers (milliseconds of work) are written off the
+        event loop; small ones (``numbers`` at most INLINE_NUMBERS) on it, which is cheaper than the thread hop."""
+        try:
+            if numbers <= INLINE_NUMBERS:
+                body = dumps(build())
+            else:
+                body = await anyio.to_thread.run_sync(lambda: dumps(build()))
+        except NonFinite as error:
+            raise ServeError(500, f"the answer holds a value that is not finite ({error}); JSON cannot carry it. The "
+                             "model or the request's scale (gamma) overflows float32", "backend",
+                             code="non_finite") from None
         return Response(body, media_type="application/json")
 
     def pooled(array: np.ndarray, layer: int, normalize: bool) -> np.ndarray:
@@ -226,36 +385,51 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
 
     # ---- text-embeddings-inference routes -----------------------------------------------------------
 
-    @app.post("/embed", response_model=list[list[float]], responses=_TEI_ERRORS, tags=["text-embeddings-inference"],
-              summary="A pooled vector per input: the mean over tokens of one layer (default the top)")
     async def embed(body: EmbedRequest):
         layer = layer_index(body.layer)
-        arrays = await embedded(tokenised(body.inputs, body.truncate, "inputs"))
-        return await json_response(lambda: [pooled(a, layer, body.normalize).tolist() for a in arrays])
+        no_prompts(body.prompt_name)
+        same_dimensions(body.dimensions)
+        texts = texts_of(body.inputs, "inputs")
+        answer_fits(len(texts) * dim)
+        arrays = await embedded(checked([tokenizer(t) for t in texts], body.truncate, "inputs", body.truncation_direction))
+        return await json_response(lambda: [pooled(a, layer, body.normalize) for a in arrays], len(arrays) * dim)
 
-    @app.post("/embed_all", response_model=list[TokensAndEmbeddings] | list[list[list[float]]], responses=_TEI_ERRORS,
-              tags=["text-embeddings-inference"], summary="Every token's vector of one layer, with the token texts")
+    for embed_path in ("/embed", "/"):  # TEI serves its root as /embed (InferenceClient(model=URL) posts there)
+        app.add_api_route(embed_path, embed, methods=["POST"], response_model=list[list[float]], responses=_TEI_ERRORS,
+                          tags=["text-embeddings-inference"], include_in_schema=embed_path == "/embed",
+                          summary="A pooled vector per input: the mean over tokens of one layer (default the top)")
+
+    @app.post("/embed_all", response_model=list[list[list[float]]] | list[TokensAndEmbeddings], responses=_TEI_ERRORS,
+              tags=["text-embeddings-inference"], summary="Every token's vector of one layer (with the tokens on request)")
     async def embed_all(body: EmbedAllRequest):
         layer = layer_index(body.layer)
-        sentences = tokenised(body.inputs, body.truncate, "inputs")
+        no_prompts(body.prompt_name)
+        sentences = tokenised(body.inputs, body.truncate, "inputs", body.truncation_direction)
+        tokens = sum(len(s) for s in sentences)
+        answer_fits(tokens * dim, sum(len(t) + 8 for s in sentences for t in s) if body.return_tokens else 0)
         arrays = await embedded(sentences)
         if body.return_tokens:
-            return await json_response(lambda: [{"tokens": s, "embeddings": a[layer].tolist()}
-                                                for s, a in zip(sentences, arrays)])
-        return await json_response(lambda: [a[layer].tolist() for a in arrays])
+            return await json_response(lambda: [{"tokens": s, "embeddings": a[layer]} for s, a in zip(sentences, arrays)])
+        return await json_response(lambda: [a[layer] for a in arrays])
 
     @app.post("/tokenize", response_model=list[list[TokenInfo]], responses=_TEI_ERRORS,
               tags=["text-embeddings-inference"], summary="The tokens of each text, with character offsets")
     async def tokenize(body: TokenizeRequest):
+        no_prompts(body.prompt_name)
         texts = texts_of(body.inputs, "inputs")
-        return await json_response(lambda: [_spans(text, tokenizer(text)) for text in texts])
+        sentences = checked([tokenizer(text) for text in texts], False, "inputs", allow_empty=True)
+        # each token: {"text": ..., "start": n, "stop": n, "special": false} (about 50 bytes and its text, escaped)
+        answer_fits(0, sum(56 + 6 * len(t) for s in sentences for t in s), " of token records")
+        return await json_response(lambda: [_spans(text, tokens, tokenizer) for text, tokens in zip(texts, sentences)])
 
-    @app.get("/health", tags=["service"], summary="200 while serving, 503 while shutting down")
+    @app.get("/health", tags=["service"], summary="200 while serving, 503 while shutting down (HEAD too)")
     async def health():
         if batcher.closed or not batcher.alive:
             raise ServeError(503, "the server is shutting down" if batcher.closed else "the batching worker is not running",
                              "unhealthy")
         return {"status": "ok"}
+
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
 
     @app.get("/info", tags=["service"], summary="The model, its shape, the limits and the version")
     async def info():
@@ -286,13 +460,11 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
 
     # ---- OpenAI-compatible --------------------------------------------------------------------------
 
-    @app.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, responses=_OPENAI_ERRORS, tags=["openai"],
-              summary="OpenAI-compatible embeddings: the unit-length mean of the top layer per input")
     async def openai_embeddings(body: OpenAIEmbeddingRequest):
-        if body.dimensions is not None and body.dimensions != dim:
-            raise ServeError(400, f"`dimensions` {body.dimensions}: this model gives vectors of {dim} and cannot shorten "
-                             "them; leave it out", "validation", param="dimensions", code="invalid_dimensions")
-        sentences = tokenised(body.input, False, "input")
+        same_dimensions(body.dimensions)  # a 400 on this route (errors.error_response)
+        texts = texts_of(body.input, "input")
+        answer_fits(len(texts) * dim)
+        sentences = checked([tokenizer(t) for t in texts], False, "input", openai=True)
         arrays = await embedded(sentences)
         as_base64 = body.encoding_format == "base64"
 
@@ -300,12 +472,36 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
             data = []
             for i, array in enumerate(arrays):
                 vector = pooled(array, num_layers - 1, True)
-                encoded = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii") if as_base64 else vector.tolist()
+                if as_base64 and not np.isfinite(vector).all():
+                    raise NonFinite(f"input {i}'s vector")
+                encoded = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii") if as_base64 else vector
                 data.append({"object": "embedding", "index": i, "embedding": encoded})
             tokens = sum(len(s) for s in sentences)
             return {"object": "list", "data": data, "model": name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-        return await json_response(build)
+        return await json_response(build, len(arrays) * dim)
+
+    for openai_path in ("/v1/embeddings", "/embeddings"):
+        app.add_api_route(openai_path, openai_embeddings, methods=["POST"], response_model=OpenAIEmbeddingResponse,
+                          responses=_OPENAI_ERRORS, tags=["openai"], include_in_schema=openai_path == "/v1/embeddings",
+                          summary="OpenAI-compatible embeddings: the unit-length mean of the top layer per input")
+
+    started_at = int(time.time())
+
+    def model_card() -> dict:
+        return {"id": name, "object": "model", "created": started_at, "owned_by": "elmokit"}
+
+    @app.get("/v1/models", response_model=OpenAIModelList, responses=_OPENAI_ERRORS, tags=["openai"],
+             summary="OpenAI-compatible: the one model served")
+    async def openai_models():
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model_id:path}", responses=_OPENAI_ERRORS, tags=["openai"], summary="OpenAI-compatible: a model")
+    async def openai_model(model_id: str):
+        if model_id != name:
+            raise ServeError(404, f"no model {model_id!r}: this server serves {name!r} (GET /v1/models)", "not_found",
+                             param="model", code="model_not_found")
+        return model_card()
 
     # ---- elmokit's own ------------------------------------------------------------------------------
 
@@ -317,22 +513,29 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
                              "validation", param="inputs")
         if body.mix is not None and body.layers is not None:
             raise ServeError(400, "give `layers` or `mix`, not both (a mix covers every layer)", "validation", param="mix")
-        if body.tokens is not None:
-            if not body.tokens:
-                raise ServeError(400, "`tokens` is an empty list; send a list of tokenised sentences", "empty", param="tokens")
-            sentences = checked([list(s) for s in body.tokens], body.truncate, "tokens")
-        else:
-            sentences = tokenised(body.inputs, body.truncate, "inputs")
         weights = None
         if body.mix is not None:
-            if len(body.mix) != num_layers or not all(np.isfinite(body.mix)) or not np.isfinite(body.gamma):
-                got = f"{len(body.mix)}" if len(body.mix) != num_layers else "a weight or gamma that is not finite"
-                raise ServeError(400, f"`mix` needs {num_layers} finite weights (one per layer) and a finite gamma; got {got}",
-                                 "validation", param="mix", code="invalid_mix")
+            finite = (len(body.mix) == num_layers and all(np.isfinite(body.mix))
+                      and abs(body.gamma) <= float(np.finfo(np.float32).max))
+            if not finite:
+                got = f"{len(body.mix)}" if len(body.mix) != num_layers else "a weight, or a gamma that float32 cannot hold"
+                raise ServeError(400, f"`mix` needs {num_layers} finite weights (one per layer) and a gamma finite in "
+                                 f"float32 (|gamma| < 3.4e38); got {got}", "validation", param="mix", code="invalid_mix")
             w = np.asarray(body.mix, dtype=np.float64)
             weights = np.exp(w - w.max())
             weights /= weights.sum()  # softmax, as ScalarMix
-        layers = None if weights is not None else [layer_index(i, "layers") for i in (body.layers or range(num_layers))]
+        layers = None if weights is not None else layer_list(body.layers)
+        if body.tokens is not None:
+            if not body.tokens:
+                raise ServeError(400, "`tokens` is an empty list; send a list of tokenised sentences", "empty", param="tokens")
+            if len(body.tokens) > config.max_inputs:
+                raise too_many("inputs", len(body.tokens), config.max_inputs, "--max-inputs", "tokens",
+                               "too_many_inputs", "split the request")
+            sentences = checked([list(s) for s in body.tokens], body.truncate, "tokens", body.truncation_direction)
+        else:
+            sentences = tokenised(body.inputs, body.truncate, "inputs", body.truncation_direction)
+        tokens = sum(len(s) for s in sentences)
+        answer_fits(tokens * dim * (1 if layers is None else len(layers)), sum(len(t) + 8 for s in sentences for t in s))
         state = body.initial_state if body.initial_state is not None else own_state
         variant = None if state == own_state else state
         if variant is not None and variant not in variants:
@@ -350,9 +553,9 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
                 item: dict[str, Any] = {"index": i, "tokens": tokens}
                 if weights is not None:
                     mixed = np.float32(body.gamma) * np.tensordot(weights.astype(np.float32), array, axes=1)
-                    item["mixed"] = mixed.astype(np.float32).tolist()
+                    item["mixed"] = mixed.astype(np.float32)
                 else:
-                    item["layers"] = array[layers].tolist()
+                    item["layers"] = array[layers]
                 data.append(item)
             return {"model": name, "num_layers": num_layers, "dim": dim, "initial_state": state, "layers": layers,
                     "mix_weights": None if weights is None else weights.tolist(),
@@ -412,11 +615,22 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
               tags=["explorer"], summary="Per layer, each word's nearest occurrences in context in the --index "
               "(Peters et al. 2018, Table 4)")
     async def explorer_neighbors(body: ExplorerNeighborsRequest):
-        if index is None:
-            raise no_index()
+        if body.positions is not None and len(body.positions) > config.max_positions:
+            raise too_many("positions", len(body.positions), config.max_positions, "--max-positions", "positions",
+                           "too_many_positions", "ask for fewer words")
+        layers = layer_list(body.layers, distinct=True)
         tokens = one_sentence(body.inputs, body.tokens)
         positions = [position_in(tokens, p, "positions") for p in (body.positions or range(len(tokens)))]
-        layers = [layer_index(i, "layers") for i in (body.layers or range(num_layers))]
+        if len(set(positions)) < len(positions):
+            raise ServeError(400, "`positions` names a word twice; name each once", "validation", param="positions",
+                             code="repeated_position")
+        if len(positions) > config.max_positions:
+            raise too_many("words to search", len(positions), config.max_positions, "--max-positions", "positions",
+                           "too_many_positions", "give `positions`")
+        if index is None:
+            raise no_index()
+        # each hit: its score, place and context (about 100 bytes and 2 x window tokens of some 8 bytes)
+        answer_fits(0, len(layers) * len(positions) * body.top * (100 + 16 * body.window), " of neighbour records")
         array = (await embedded([tokens]))[0]  # (L, n, D)
 
         def search():
@@ -439,14 +653,15 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
     @app.post("/v1/explorer/similarity", response_model=ExplorerSimilarityResponse, responses=_TEI_ERRORS,
               tags=["explorer"], summary="Token-by-token cosine similarity of two sentences, per layer")
     async def explorer_similarity(body: ExplorerSimilarityRequest):
+        layers = layer_list(body.layers, distinct=True)
         sentences = []
         for param, value in (("a", body.a), ("b", body.b)):
             sentences += checked([list(value)], False, param) if isinstance(value, list) else tokenised(value, False, param)
-        layers = [layer_index(i, "layers") for i in (body.layers or range(num_layers))]
+        answer_fits(len(layers) * len(sentences[0]) * len(sentences[1]))
         a, b = await embedded(sentences)  # (L, n1, D), (L, n2, D)
         return await json_response(lambda: {
             "model": name, "tokens_a": sentences[0], "tokens_b": sentences[1], "layers": layers,
-            "cosine": [explorer.cosine_matrix(a[j], b[j]).tolist() for j in layers]})
+            "cosine": [explorer.cosine_matrix(a[j], b[j]) for j in layers]})
 
     @app.post("/v1/explorer/projection", response_model=ExplorerProjectionResponse, responses=_TEI_ERRORS,
               tags=["explorer"], summary="A word's occurrences in the --index on two principal components, "
@@ -499,18 +714,33 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
 
     known = {route.path for route in app.routes}
     app.add_middleware(_Guard, config=config, metrics=metrics, known_paths=known)
+    if config.cors_origins:  # outermost: it answers the browsers' preflights itself
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"], max_age=600)
     return app
 
 
-def _spans(text: str, tokens: list[str]) -> list[dict]:
-    """Each token with its character offsets, found left to right in ``text`` (the tokenizer's own output)."""
+def _spans(text: str, tokens: list[str], tokenizer: Tokenizer | None = None) -> list[dict]:
+    """Each token with its character offsets in ``text``, found left to right; never past its end.
+
+    A lowercasing tokenizer's tokens need not occur in the text as written: their places are those of
+    the same tokenizer's tokens without lowercasing (the same cuts), when it gives as many."""
+    places = tokens
+    if tokenizer is not None and tokenizer.lowercase:
+        from dataclasses import replace
+
+        as_written = replace(tokenizer, lowercase=False)(text)
+        if len(as_written) == len(tokens):
+            places = as_written
     out, position = [], 0
-    for token in tokens:
-        start = text.find(token, position)
-        if start < 0:  # cannot happen for whitespace or regex tokens of the text itself
-            start = position
-        position = start + len(token)
-        out.append({"text": token, "start": start, "stop": position, "special": False})
+    for token, place in zip(tokens, places):
+        start = text.find(place, position)
+        if start < 0:  # a segmenter that rewrote the text: the next place we can vouch for
+            start, stop = position, position
+        else:
+            stop = start + len(place)
+        position = stop
+        out.append({"text": token, "start": start, "stop": stop, "special": False})
     return out
 
 
@@ -544,9 +774,26 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _host_name(value: bytes) -> str:
+    """The name in a Host header, without its port: ``[::1]:8080`` -> ``::1``, ``Localhost:80`` -> ``localhost``."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    return text.rpartition(":")[0] if text.count(":") == 1 else text
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class _Guard:
-    """ASGI middleware in front of every route: the API key, the body size limit, and the request
-    metrics (by route template, so unknown paths share one label)."""
+    """ASGI middleware in front of every route: the Host allow-list, the API key, JSON-only bodies,
+    the body size limit and read deadline, and the request metrics (by route template, so unknown
+    paths share one label)."""
 
     def __init__(self, app, *, config: ServeConfig, metrics: ServerMetrics, known_paths: set[str]) -> None:
         self.app = app
@@ -554,6 +801,8 @@ class _Guard:
         self.metrics = metrics
         self.known = known_paths
         self.key = config.api_key.encode("utf-8") if config.api_key is not None else None
+        self.hosts = {h.lower().strip("[]") for h in config.allowed_hosts}
+        self.any_ip = bool(self.hosts & set(WILDCARD_HOSTS))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -568,9 +817,10 @@ class _Guard:
             await send(message)
 
         try:
-            error = self._check_key(scope)
+            error = self._check_host(scope) or self._check_key(scope)
             if error is None and scope["method"] in ("POST", "PUT", "PATCH"):
-                scope = _as_json(scope)
+                error = self._check_json(scope)
+            if error is None and scope["method"] in ("POST", "PUT", "PATCH"):
                 body, error, gone = await self._read_body(scope, receive)
                 if gone:
                     status[0] = 499  # the client closed the connection before sending its body
@@ -585,8 +835,36 @@ class _Guard:
             route = path if path in self.known else "other"
             self.metrics.observe_request(route, status[0], time.perf_counter() - started)
 
+    def _check_host(self, scope) -> ServeError | None:
+        """DNS rebinding: a page of evil.example whose name now points at 127.0.0.1 sends ``Host: evil.example``."""
+        if "*" in self.hosts:
+            return None
+        for header, value in scope.get("headers", ()):
+            if header == b"host":
+                name = _host_name(value)
+                if name in self.hosts or (self.any_ip and _is_ip(name)):
+                    return None
+                return ServeError(400, f"the Host header {value.decode('latin-1')[:100]!r} is not one this server answers "
+                                  "to (a web page's DNS rebinding?); start it with --allowed-host NAME to allow that name",
+                                  "invalid_host", code="invalid_host")
+        return None  # HTTP/1.0 without Host: not a browser
+
+    def _check_json(self, scope) -> ServeError | None:
+        """Bodies must say they are JSON: a web page can post text/plain or a form anywhere without
+        asking (no CORS preflight), but not application/json."""
+        kind = b""
+        for header, value in scope.get("headers", ()):
+            if header == b"content-type":
+                kind = value.split(b";")[0].strip().lower()
+        if kind == b"application/json" or kind.endswith(b"+json"):
+            return None
+        got = kind.decode("latin-1")[:100] or "none"
+        return ServeError(415, f"the body must be JSON sent with `Content-Type: application/json` (got {got}); with "
+                          "curl, add -H 'Content-Type: application/json'", "unsupported_media_type",
+                          code="unsupported_media_type")
+
     def _check_key(self, scope) -> ServeError | None:
-        if self.key is None or scope["path"] in OPEN_PATHS:
+        if self.key is None or (scope["path"] in OPEN_PATHS and scope["method"] in ("GET", "HEAD")):
             return None
         given = b""
         for header, value in scope.get("headers", ()):
@@ -612,24 +890,22 @@ class _Guard:
                 except ValueError:
                     return b"", ServeError(400, "the Content-Length header is not a number", "validation"), False
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return b"", None, True
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return b"", too_large, False
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks), None, False
-
-
-def _as_json(scope):
-    """Every body this server reads is JSON: read it as JSON whatever Content-Type says (``curl -d``
-    sends form encoding), instead of refusing it."""
-    headers = [(k, v) for k, v in scope.get("headers", ()) if k != b"content-type"]
-    return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        with anyio.move_on_after(self.config.read_timeout_s) as deadline:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return b"", None, True
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return b"", too_large, False
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks), None, False
+        assert deadline.cancelled_caught
+        return b"", ServeError(408, f"the request body did not arrive within {self.config.read_timeout_s:g} s "
+                               "(--read-timeout-s)", "timeout", code="read_timeout",
+                               headers={"Connection": "close"}), False
 
 
 def _replay(body: bytes, receive):

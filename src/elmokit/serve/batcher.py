@@ -16,8 +16,13 @@ started from another initial LSTM state, ``elmokit.warm_state``); a request name
 request's, the others keep their place in the queue.
 
 Backpressure: at most ``max_queue`` requests wait; one more raises ``QueueFull`` (the server
-answers 429 with ``Retry-After``), so the backlog is bounded. ``close()`` refuses new requests
-(``ShuttingDown``, 503) and lets the worker finish every request already accepted.
+answers 429 with ``Retry-After``), so the backlog is bounded. ``submit_many`` queues the pieces
+of one large request together or not at all. ``close()`` refuses new requests (``ShuttingDown``,
+503) and lets the worker finish every request already accepted.
+
+Retry-After: the worker fits ``seconds = a + b * tokens`` to its recent batches (a: the fixed cost
+of a batch, b: the cost of a token), and the queue's wait is its batches' fixed costs plus its
+tokens' costs; at least 1 s, at most 60 (OpenAI's clients give up above 120 s).
 """
 
 from __future__ import annotations
@@ -62,6 +67,36 @@ class _Job:
 # Called once per batch by the worker: (sentences, tokens, seconds in embed).
 BatchHook = Callable[[int, int, float], None]
 
+MAX_RETRY_AFTER_S = 60
+
+
+class BatchCost:
+    """A least-squares fit of ``seconds = a + b * tokens`` over the last ``window`` batches."""
+
+    def __init__(self, window: int = 64) -> None:
+        self.samples: collections.deque[tuple[float, float]] = collections.deque(maxlen=window)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        self.samples.append((float(tokens), float(seconds)))
+
+    def fit(self) -> tuple[float, float]:
+        """(a, b), both >= 0; (0, 0) before any batch."""
+        if not self.samples:
+            return 0.0, 0.0
+        x = np.array([t for t, _ in self.samples])
+        y = np.array([s for _, s in self.samples])
+        if np.ptp(x) > 0:
+            b = float(np.cov(x, y, bias=True)[0, 1] / np.var(x))
+            b = max(b, 0.0)
+            a = max(float(y.mean() - b * x.mean()), 0.0)
+        else:  # one batch size seen: split its time by nothing better than the mean
+            a, b = 0.0, float(y.sum() / max(x.sum(), 1.0))
+        return a, b
+
+    def seconds(self, tokens: int, batches: int) -> float:
+        a, b = self.fit()
+        return a * batches + b * tokens
+
 
 class Batcher:
     """Gathers requests into batches for one representation, run by one worker thread.
@@ -96,7 +131,8 @@ class Batcher:
         self._closed = False
         self._busy = False
         self.accepted = 0  # requests accepted since the start
-        self._seconds_per_token = 0.0  # running estimate, for Retry-After
+        self.cost = BatchCost()  # for Retry-After
+        self._running_tokens = 0  # tokens of the batch inside embed
         self._thread = threading.Thread(target=self._run, name="elmokit-serve-batcher", daemon=True)
         self._started = False
 
@@ -133,19 +169,23 @@ class Batcher:
 
         Raises ``QueueFull`` when ``max_queue`` requests already wait, ``ShuttingDown`` after ``close``.
         Cancelling the Future before the worker takes it drops the request from its batch."""
+        return self.submit_many([sentences], variant)[0]
+
+    def submit_many(self, pieces: Sequence[Sequence[Sequence[str]]], variant: str | None = None) -> list[Future]:
+        """``submit`` for each piece of one request, all queued at once or none (``QueueFull``)."""
         if variant is not None and variant not in self.variants:
             raise KeyError(f"no representation variant {variant!r} (have {sorted(self.variants)})")
-        job = _Job([list(s) for s in sentences], Future(), sum(len(s) for s in sentences), variant)
+        jobs = [_Job([list(s) for s in piece], Future(), sum(len(s) for s in piece), variant) for piece in pieces]
         with self._cond:
             if self._closed:
                 raise ShuttingDown("the server is shutting down and accepts no new requests")
-            if len(self._queue) >= self.max_queue:
-                raise QueueFull(self.max_queue, self._retry_after())
-            self._queue.append(job)
-            self._queued_tokens += job.tokens
+            if len(self._queue) + len(jobs) > self.max_queue:
+                raise QueueFull(self.max_queue, self.retry_after())
+            self._queue.extend(jobs)
+            self._queued_tokens += sum(job.tokens for job in jobs)
             self.accepted += 1
             self._cond.notify_all()
-        return job.future
+        return [job.future for job in jobs]
 
     def close(self, timeout: float | None = None) -> bool:
         """Refuse new requests, finish the accepted ones, stop the worker. True when it stopped in time."""
@@ -159,9 +199,12 @@ class Batcher:
             job.future.cancel()
         return True
 
-    def _retry_after(self) -> int:
-        """Seconds until the queue has likely moved on: its tokens at the measured speed, at least 1."""
-        return max(1, math.ceil(self._queued_tokens * self._seconds_per_token))
+    def retry_after(self) -> int:
+        """Whole seconds until the queue has likely moved on: the batches it will take and its tokens
+        at the measured costs (``BatchCost``), plus the batch running now; between 1 and 60."""
+        tokens = self._queued_tokens + self._running_tokens
+        batches = math.ceil(self._queued_tokens / self.max_batch_tokens) + (1 if self._running_tokens else 0)
+        return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(self.cost.seconds(tokens, batches)))))
 
     # ---- the worker
 
@@ -208,6 +251,7 @@ class Batcher:
             representation = self.representation if jobs[0].variant is None else self.variants[jobs[0].variant]
             started = time.perf_counter()
             self._busy = True
+            self._running_tokens = tokens
             try:
                 arrays = representation.embed(sentences)
             except BaseException as error:  # noqa: BLE001 - every waiting client must hear of it
@@ -217,17 +261,16 @@ class Batcher:
                 continue
             finally:
                 self._busy = False
+                self._running_tokens = 0
             seconds = time.perf_counter() - started
-            if tokens:
-                self._seconds_per_token = 0.8 * self._seconds_per_token + 0.2 * (seconds / tokens) \
-                    if self._seconds_per_token else seconds / tokens
+            self.cost.observe(tokens, seconds)
+            if self.on_batch is not None:  # before the answers: a client that has its answer sees the batch counted
+                try:
+                    self.on_batch(len(sentences), tokens, seconds)
+                except Exception:  # metrics must never stop the worker
+                    logger.exception("elmokit serve: the batch hook failed")
             start = 0
             for job in jobs:
                 count = len(job.sentences)
                 job.future.set_result([np.asarray(a) for a in arrays[start:start + count]])
                 start += count
-            if self.on_batch is not None:
-                try:
-                    self.on_batch(len(sentences), tokens, seconds)
-                except Exception:  # metrics must never stop the worker
-                    logger.exception("elmokit serve: the batch hook failed")

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Inputs = str | list[str]
+TruncationDirection = Literal["Left", "Right", "left", "right"]
 
 
 class EmbedRequest(BaseModel):
@@ -21,6 +22,10 @@ class EmbedRequest(BaseModel):
     truncate: bool = Field(False, description="cut texts longer than max_input_tokens instead of refusing them (422)")
     layer: int = Field(-1, description="the layer to pool: 0 is the token layer, -1 (default) the top layer")
     pooling: Literal["mean"] = Field("mean", description="mean over the text's tokens (the only pooling)")
+    truncation_direction: TruncationDirection = Field("Right", description="with truncate: keep the first tokens "
+                                                      "(Right, cut at the end) or the last (Left)")
+    dimensions: int | None = Field(None, description="must equal the model's dim if given (no Matryoshka shortening: 422)")
+    prompt_name: str | None = Field(None, description="the model has no prompts: any name is a 422, as TEI answers")
 
 
 class EmbedAllRequest(BaseModel):
@@ -28,9 +33,11 @@ class EmbedAllRequest(BaseModel):
 
     inputs: Inputs
     truncate: bool = False
+    truncation_direction: TruncationDirection = "Right"
     layer: int = Field(-1, description="the layer: 0 is the token layer, -1 (default) the top layer")
-    return_tokens: bool = Field(True, description="true: [{tokens, embeddings}] per input; false: TEI's bare "
-                                "[[[float]]] (token vectors only)")
+    prompt_name: str | None = Field(None, description="the model has no prompts: any name is a 422, as TEI answers")
+    return_tokens: bool = Field(False, description="false (default): TEI's bare [[[float]]]; true: "
+                                "[{tokens, embeddings}] per input")
 
 
 class TokenizeRequest(BaseModel):
@@ -38,6 +45,7 @@ class TokenizeRequest(BaseModel):
 
     inputs: Inputs
     add_special_tokens: bool = Field(True, description="accepted for TEI clients; ELMo adds no special tokens")
+    prompt_name: str | None = Field(None, description="the model has no prompts: any name is a 422, as TEI answers")
 
 
 class OpenAIEmbeddingRequest(BaseModel):
@@ -59,11 +67,24 @@ class ElmoRequest(BaseModel):
     layers: list[int] | None = Field(None, description="the layers to return (default all; -1 is the top)")
     mix: list[float] | None = Field(None, description="scalar-mix weights w, one per layer: returns "
                                     "gamma * sum_j softmax(w)_j * h_j (Peters et al. 2018, eq. 1)")
-    gamma: float = Field(1.0, description="the scale of the mix")
+    gamma: float = Field(1.0, description="the scale of the mix (a finite float32)")
     truncate: bool = False
+    truncation_direction: TruncationDirection = "Right"
     initial_state: Literal["zero", "warm"] | None = Field(
         None, description="where every sentence's LSTM state starts: zero, or the model's warm state "
         "(elmokit.warm_state); default: the server's --initial-state. /v1/explorer lists those this server accepts")
+
+
+class OpenAIModel(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
 
 
 class TokenInfo(BaseModel):

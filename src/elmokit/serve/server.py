@@ -1,9 +1,18 @@
-"""Running the app under uvicorn, with a graceful stop.
+"""Running the app under uvicorn, with a graceful stop and guards against slow clients.
 
-On SIGTERM or Ctrl-C, uvicorn stops accepting connections, waits (up to ``shutdown_timeout_s``)
-for the requests in flight, then runs the app's lifespan shutdown, where the batcher finishes every
-request it accepted. ``serve`` then returns the signal's name instead of dying by it, so the
-command can say what happened and exit 0.
+On SIGTERM or Ctrl-C, uvicorn stops accepting connections and waits for the requests in flight;
+the app is told at once (``app.state.stopping``), gives the accepted requests ``shutdown_timeout_s``
+to finish and answers those still waiting then with 503 JSON (never uvicorn's text/plain 500), so
+uvicorn's own grace period (a little longer) never has to cut a request. ``serve`` then returns
+the signal's name instead of dying by it; ``app.state.stopping.cut`` says how many requests were cut.
+
+Slow clients: a connection must deliver a request's head within ``read_timeout_s`` of opening (or
+of its previous answer), else it is closed; the body's deadline is the app's (408). uvicorn's h11
+limits the head's size (16 KB), its keep-alive timeout closes idle connections.
+
+The listening socket is created as TCP explicitly (``IPPROTO_TCP``): asyncio sets TCP_NODELAY on
+accepted connections only when the socket says it is TCP, and without it a keep-alive client waits
+for Nagle's algorithm and delayed ACKs (about 40 ms a request).
 """
 
 from __future__ import annotations
@@ -12,25 +21,83 @@ import signal
 import socket
 import threading
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from elmokit.serve.config import ServeConfig
+
+# uvicorn's grace period exceeds the app's by this much, so the app's 503s are written first.
+GRACE_MARGIN_S = 2.0
+
+
+class _TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head does not arrive in time."""
+
+    read_timeout_s = 10.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._head_timer = None
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self.read_timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if getattr(self, "_head_timer", None) is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.logger.info("closing a connection that sent no complete request head within %g s (--read-timeout-s)",
+                             self.read_timeout_s)
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:  # a head has arrived: the app takes over (body deadline)
+            self._disarm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm_head_timer()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the app the moment shutdown begins."""
+
+    async def shutdown(self, sockets=None) -> None:
+        stopping = getattr(getattr(self.config.app, "state", None), "stopping", None)
+        if stopping is not None:
+            stopping.begin()
+        await super().shutdown(sockets=sockets)
 
 
 def uvicorn_server(app, *, host: str = "127.0.0.1", port: int = 8080, config: ServeConfig | None = None,
                    log_level: str = "info", access_log: bool = False) -> uvicorn.Server:
     """A uvicorn server for ``app`` (not yet running): ``server.run()`` blocks, ``server.should_exit = True`` stops it."""
     config = config or ServeConfig()
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                                         lifespan="on", timeout_graceful_shutdown=config.shutdown_timeout_s,
-                                         server_header=False))
+    protocol = type("TimedH11Protocol", (_TimedH11Protocol,), {"read_timeout_s": config.read_timeout_s})
+    return _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                                  lifespan="on", timeout_graceful_shutdown=config.shutdown_timeout_s + GRACE_MARGIN_S,
+                                  server_header=False, http=protocol, h11_max_incomplete_event_size=16 * 1024))
 
 
 def bind(host: str = "127.0.0.1", port: int = 8080) -> socket.socket:
-    """A socket bound to ``host:port`` (port 0: a free one, read back with ``getsockname``)."""
+    """A TCP socket bound to ``host:port`` (port 0: a free one, read back with ``getsockname``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError:
