@@ -1,7 +1,7 @@
-"""Pretraining objectives: what an objective gives the shared training loop (DESIGN.md, convention 15).
+"""Pretraining objectives: what an objective gives the shared training loop.
 
-The loop in ``elmokit.training`` owns checkpoints, exact resume, DDP, metrics and progress; an
-objective supplies its batches and its loss::
+The loop (``elmokit.training.loop.StepLoop``, driven by ``elmokit.pretraining.run``) owns checkpoints, exact
+resume, DDP, metrics and progress; an objective supplies its batches and its loss::
 
     class Objective(Protocol):
         name: str
@@ -13,9 +13,6 @@ objective supplies its batches and its loss::
             # masking is drawn here, from ``rng``, each time an example is fed (dynamic masking), so
             # batches are a function of (examples, rng state): the loop saves the rng for exact resume
         def loss(self, model, batch) -> ObjectiveLoss: ...
-
-Not wired into ``elmokit.training`` yet (its trainer is being refactored); ``elmokit pretrain`` will
-call ``batches`` and ``loss`` from there.
 
 Shape legend: B batch, T tokens (padded), H hidden.
 """
@@ -308,7 +305,7 @@ for _spec in (
     register(_spec)
 
 
-# issue 12's other objectives live in their own modules (which import this one): built lazily.
+# The other objectives live in their own modules (which import this one): built lazily.
 def _build_xlnet(tokenizer, model, options: Mapping[str, Any]):
     from elmokit.pretraining.permutation import PermutationLMObjective
 
