@@ -64,7 +64,26 @@ def serve_soak() -> list[str]:
     return lines
 
 
-TABLES: dict[str, Callable[[], list[str]]] = {"serve-load": serve_load, "serve-soak": serve_soak}
+def train_parallel(*names: str) -> list[str]:
+    """`bench_train_parallel.py` runs: tokens/s of each configuration, the median and every round."""
+    lines = ["| command | record | configuration | tokens/s, median (rounds) | vs one thread |", "|---|---|---|---:|---:|"]
+    for name in names:
+        rec = record(name)
+        for i, (config, result) in enumerate(rec["configs"].items()):
+            rounds = ", ".join(f"{r['tokens_per_s']:,.0f}" for r in result["rounds"])
+            where = f"`{command_of(rec)}` | `{name}.json`" if i == 0 else "same run | "
+            lines.append(f"| {where} | {config} | {result['tokens_per_s_median']:,.0f} ({rounds}) | "
+                         f"{result['speedup_over_one_thread']:.2f}x |")
+    return lines
+
+
+TABLES: dict[str, Callable[[], list[str]]] = {
+    "train-parallel": lambda: train_parallel("train_parallel"),
+    "train-parallel-weak": lambda: train_parallel("train_parallel_weak", "train_parallel_weak_pairs"),
+    "train-parallel-after-cuts": lambda: train_parallel("train_parallel_after_step_cuts"),
+    "serve-load": serve_load,
+    "serve-soak": serve_soak,
+}
 
 
 def markers(key: str) -> tuple[str, str]:
