@@ -39,6 +39,6 @@ def test_a_page_without_its_markers_is_refused():
     try:
         script.render("no markers here")
     except SystemExit as refusal:
-        assert "markers of 'serve-load'" in str(refusal)
+        assert "the markers of" in str(refusal) and "must appear once each" in str(refusal)
     else:
         raise AssertionError("a page without markers was rendered")
