@@ -92,8 +92,8 @@ def report(record: dict) -> str:
         f"Two `elmokit train` runs that differ only in `--bf16` (CPU autocast of the training forward pass): the "
         f"default model's shape, its vocabulary, {steps} steps of 64 sentences of at most 40 gutenberg_en tokens in "
         "the same order (seed 0), one thread. Validation: the trainer's full-softmax perplexity in fp32 on the first "
-        f"500 lines of gutenberg_en valid. {record['date']}, {record['machine']}, shared with other jobs of this "
-        "project (so the tokens/s compare poorly; see the idle measurements above).",
+        "500 lines of gutenberg_en valid. Other processes were running beside these runs (the record keeps the "
+        "machine and the date), so the tokens/s compare poorly; see the idle measurements above.",
         "",
         "| steps | fp32: mean training loss | bf16: mean training loss | difference |",
         "|---|---:|---:|---:|",

@@ -136,7 +136,7 @@ def section(records: dict) -> str:
     if bleu:
         card = bleu["run"]
         lines += [
-            f"Date {bleu['date']}; machine: 2-core CPU VM shared and busy with other work at the time, one thread. "
+            "One thread (each record keeps its machine and date). "
             f"Regenerate with `{bleu['command']}`.",
             "",
             f"MT-LSTM (McCann et al. 2017): 2 x biLSTM {card['hidden_dim']} per direction over frozen GloVe "
@@ -166,7 +166,7 @@ def section(records: dict) -> str:
         lines += [f"**McCann Table 2 shape on {title}** (the existing BiLSTM classifier of `tasks/classifier.py`, "
                   "learned word vectors plus the frozen input, text lowercased; "
                   f"{data}; mean ± half the range over seeds {sorted({r['seed'] for r in rows0})}, "
-                  f"{rows0[0]['epochs']} epochs each; {record['date']}). Regenerate with `{record['command']}`.", "",
+                  f"{rows0[0]['epochs']} epochs each). Regenerate with `{record['command']}`.", "",
                   "| input | dim | dev accuracy | test accuracy | per seed (test) |", "|---|---:|---:|---:|---|"]
         for name in ("GloVe", "GloVe+CoVe"):
             rows = [r for r in rows0 if r["input"] == name]

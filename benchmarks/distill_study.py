@@ -124,7 +124,7 @@ def part(result: dict) -> str:
                  "says little about what half the blocks keep. " if at_embeddings else "")
               + "The students' CPU-seconds are on top of the teacher's 750.", "",
               "Commands: " + "; ".join(f"`{s['command']}`" for s in result["students"].values())
-              + f"; then the probe (`python benchmarks/distill_study.py`, {result['date']})."]
+              + "; then the probe (`python benchmarks/distill_study.py`)."]
     return "\n".join(lines)
 
 

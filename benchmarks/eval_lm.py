@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shlex
 import sys
 import time
@@ -87,8 +88,11 @@ def main() -> int:
         print(f"{name}: forward {r.forward:.1f}  backward {r.backward:.1f}  average {r.average:.1f}  "
               f"({r.num_tokens:,} tokens, OOV {100 * entry['oov_rate']:.1f}%)", flush=True)
     if args.json:
+        record = {"model": args.model, "command": shlex.join(["python", "benchmarks/eval_lm.py", *sys.argv[1:]]),
+                  "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+                  "results": results}
         with atomic_path(args.json) as tmp:
-            Path(tmp).write_text(json.dumps({"model": args.model, "results": results}, indent=1) + "\n")
+            Path(tmp).write_text(json.dumps(record, indent=1) + "\n")
     if args.update_card:  # the card of a shipped name ("default", "zh") is the package's folder
         update_card(resolve_model_path(args.model), results, shlex.join(["python", "benchmarks/eval_lm.py", *sys.argv[1:]]))
     return 0
@@ -114,7 +118,7 @@ def update_card(model_dir: Path, results: list[dict], command: str) -> None:
         " included), out-of-vocabulary tokens scored as <UNK>, every sentence from a zero state. "
         "Comparable only between models with the same vocabulary and tokenisation.", "",
         "| text | tokens | OOV | forward | backward | average |", "|---|---:|---:|---:|---:|---:|", *rows, "",
-        f"Measured {time.strftime('%Y-%m-%d')} with `{command}`.", "", CARD_END,
+        f"Measured with `{command}` (the JSON record of a run with `--json` keeps its date and machine).", "", CARD_END,
     ])
     with atomic_path(card) as tmp:
         Path(tmp).write_text(before.rstrip("\n") + "\n\n" + table + "\n" + after, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""How the family study's probes grow with data (issue 12's 1M/3M/10M-token checkpoints): a few objectives'
+"""How the family study's probes grow with data (1M/3M/10M-token checkpoints): a few objectives'
 study runs continued, each an exact resume of the same run with a larger CPU-second budget, and the POS probe
 measured at every budget. Writes docs/results/family/curve/*.json and docs/results.md's part between the
 family-curve markers (after the family study's section).
@@ -88,7 +88,7 @@ def part(records: list[dict]) -> str:
     for r in sorted(records, key=lambda r: (r["objective"], r["max_seconds"])):
         by_objective.setdefault(r["objective"], []).append(r)
     budgets = sorted({r["max_seconds"] for r in records})
-    lines = ["### Probes against data: the study's runs continued (issue 12's data curve)", "",
+    lines = ["### Probes against data: the study's runs continued", "",
              "Seed 0's runs of the study above, continued by exact resume with larger CPU-second budgets (one run "
              "per objective, learning rate constant after the warm-up), the POS probe measured at each budget "
              "(`python benchmarks/family_data_curve.py`; docs/results/family/curve/). Best-layer UPOS test accuracy "

@@ -439,7 +439,7 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
     # every seed's record of each model, the main study's (seed args.seed) first
     seeds = {r["name"]: [r, *(replicates or {}).get(r["name"], [])] for r in records}
     trained = [r for r in records if "pretraining" in r]
-    lines = [BEGIN, "", "## The family after ELMo at equal compute (issue 12)", ""]
+    lines = [BEGIN, "", "## The family after ELMo at equal compute", ""]
     if not trained:
         return "\n".join(lines + ["No runs yet.", "", END])
     from elmokit.pretraining.models import PRESETS
@@ -450,7 +450,7 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
     shape = PRESETS[p0["preset"]]
     bert_like = next((r["pretraining"] for r in trained if r["name"] == "bert"), p0)
     rate = {k: t / c for k, (t, c) in PRESET_PROBE.items()}
-    why = ("Why `mini`, not the issue's `small` (4 x 256, ~3.2M non-embedding parameters): measured here before the "
+    why = ("Why `mini`, not `small` (4 x 256, ~3.2M non-embedding parameters): measured here before the "
            f"study on one thread, `small` ran {rate['small', 'gpt2']:,.0f} (GPT-2) and {rate['small', 'bert']:,.0f} "
            f"(BERT) tokens per CPU-second, `mini` {rate['mini', 'gpt2']:,.0f} and {rate['mini', 'bert']:,.0f}; in "
            f"{p0['max_seconds']:.0f} CPU-seconds `small` would take ~{p0['max_seconds'] * rate['small', 'gpt2'] / 4096:.0f}"
@@ -458,7 +458,8 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
            "still near the unigram level), `mini` 3-5x as many. The cost: 2 layers, so 'mid-stack' has one candidate."
            if p0["preset"] == "mini" else "")
     lines += [
-        f"Date {max(r.get('date', '') for r in records)}; machine: {MACHINE}. Regenerate with "
+        "Every pretraining run and measurement on one thread of a 2-core CPU shared with other work (each record "
+        f"keeps its machine and date). Regenerate with "
         f"`{args.command_text}`.",
         "",
         f"**Budget.** Each objective: {fmt(p0['max_seconds'], 0)} CPU-seconds of training steps "

@@ -215,7 +215,7 @@ def section(record: dict) -> str:
              "`src/elmokit/transfer/finetune.py`). Table 5's shape at our scale: the same pretrained left-to-right "
              "model fine-tuned on TREC-6 with and without the auxiliary loss, every other option and the seeds shared.",
              "",
-             f"Date {record['date']}; machine: {record['machine']}. Pretrained model: `{pre.get('command', '?')}` "
+             f"One torch thread; the record keeps the machine and the date. Pretrained model: `{pre.get('command', '?')}` "
              f"(OpenAI-GPT architecture, preset mini: 2 layers x 128, {pre.get('parameters', 0):,} parameters; "
              f"{pre.get('steps', 0):,} steps of {pre.get('batch_size')} x {pre.get('max_tokens')} tokens = "
              f"{pre.get('tokens', 0):,} tokens of Gutenberg text in {pre.get('minutes')} min, last training loss "

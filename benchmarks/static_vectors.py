@@ -202,7 +202,7 @@ def section(names: list[str]) -> str:
     notes = notes_path.read_text() if notes_path.exists() else ""
     return (
         f"{BEGIN}\n## Static word vectors\n\n"
-        f"Date {DATE}; machine: {MACHINE}; one worker thread per run. Corpus: gutenberg_en train.00–train.02 "
+        "One worker thread per run (each record's `started_utc` dates it). Corpus: gutenberg_en train.00–train.02 "
         "(~9.3 M whitespace words, 11.5 M regex tokens), tokenised the same way for every method: "
         "regex `\\w+|[^\\w\\s]`, lowercased. Every option not shown is the original tool's default "
         "(see `elmokit static train --help`). Similarity: Spearman ρ over the pairs whose two words the "

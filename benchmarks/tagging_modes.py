@@ -141,8 +141,8 @@ def report() -> str:
         f"One BiLSTM-CRF tagger (`elmokit tag`), representation `{meta['representation']}` frozen, "
         f"{meta['dataset']} with the first {meta['train']} training sentences; span F1 (seqeval strict, IOB2), "
         "mean ± standard deviation over the seeds listed. Only the feature mode changes between rows "
-        "(docs/tagging.md); TagLM has a second BiLSTM above the first, the others one. Machine: 2-core "
-        "CPU VM, shared with other work while it ran; date 2026-11-25. Regenerate with "
+        "(docs/tagging.md); TagLM has a second BiLSTM above the first, the others one. Run on a 2-core "
+        "CPU shared with other work. Regenerate with "
         "`python benchmarks/tagging_modes.py` (`--reuse` rebuilds this table from docs/results/tagging_modes/).",
         "",
         "| mode | dev F1 | test F1 | seeds | published anchor |",
@@ -225,8 +225,8 @@ def bert_report() -> str:
         "`finetune-crf` rows put the tagger's CRF on the same scores, `--output crf`), "
         "AdamW, peak rate BERT's 5e-5 unless the row names another, batch 32, 10% warm-up then linear decay over the "
         "epochs given. With 3 layers (embeddings + "
-        "2 blocks) 'last four' is all of them, so `mix-last-four` weighs what `mix` weighs. Machine: 2-core CPU VM, "
-        "shared with other work while it ran; one torch thread, `nice -n 10`; date 2026-11-25. Regenerate with "
+        "2 blocks) 'last four' is all of them, so `mix-last-four` weighs what `mix` weighs. Run on a 2-core CPU shared "
+        "with other work; one torch thread, `nice -n 10`. Regenerate with "
         "`python benchmarks/tagging_modes.py --table bert` (`--reuse` rebuilds this table from "
         "docs/results/tagging_modes/bert/).",
         "",

@@ -306,13 +306,13 @@ def table() -> str:
         for name, summary in summaries.items():
             if len(summary["commands"]) > 1:
                 lines += ["", f"Run `{name}` was started with a larger budget, stopped (SIGTERM) after its step-1000 "
-                          "checkpoint when the time of this session was short, and resumed with the final `--max-seconds`: "
+                          "checkpoint, and resumed with the final `--max-seconds`: "
                           "a resumed run continues exactly (docs/pretraining.md), so it is the run a single command with "
                           "that budget gives."]
         days = sorted({r["date"] for r in runs if r["system"] in summaries})
         if len(days) > 1:
-            lines += ["", f"The runs and their rows were made on different days ({', '.join(days)}), on two 2-core VMs of "
-                      "the same kind but not the same CPU; the budget is CPU-seconds, so the steps each reached ("
+            lines += ["", "The runs and their rows were made on two 2-core VMs of the same kind but not the same CPU "
+                      "(each record names its machine); the budget is CPU-seconds, so the steps each reached ("
                       + ", ".join(f"{n} {s['budget']['step']:,}" for n, s in summaries.items())
                       + "), not the wall time, are what compare."]
         lines += ["", f"Tokenizer identical in both runs: {'yes' if len(shas) == 1 else 'NO'} ({vocab:,} entries)."
@@ -371,15 +371,14 @@ def table() -> str:
         "character-masking control is the ERNIE objective with `--ernie-stages basic`, not `--objective bert`, so "
         "that the two runs differ in the masking only (BERT would add next-sentence prediction and sentence-pair "
         "examples).", "",
-              "Commands (2-core CPU shared with other work at the time; each JSON under `docs/results/zh/ernie/` "
-              "records its own):", "",
-              f"    python benchmarks/zh_ernie.py ner       # {ner['date']}, {ner['wall_seconds'] / 60:.0f} min",
-              f"    python benchmarks/zh_ernie.py corpus    # {cache['date']}, tagging {cache['wall_seconds'] / 60:.0f} min"]
+              "Commands (each JSON under `docs/results/zh/ernie/` records its own, with the machine and the date):", "",
+              f"    python benchmarks/zh_ernie.py ner       # {ner['wall_seconds'] / 60:.0f} min",
+              f"    python benchmarks/zh_ernie.py corpus    # tagging {cache['wall_seconds'] / 60:.0f} min"]
     for summary in summaries.values():  # as each run's command.txt has them (a resume: its own line)
         for command in summary["commands"]:
             lines.append(f"    nice -n 10 {command.rsplit('  ', 1)[-1].strip()}")
-    for command, day, _ in sorted(commands):
-        lines.append(f"    {command}    # {day}")
+    for command, _day, _ in sorted(commands):
+        lines.append(f"    {command}")
     lines.append("    python benchmarks/zh_ernie.py report    # rebuilds this section from the JSON files")
     return "\n".join(lines)
 

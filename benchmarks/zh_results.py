@@ -288,7 +288,7 @@ def _build_line(record: dict, evaluation: dict) -> list[str]:
         f"{record['projection_dim']}" + (f", {record['parameters']:,} parameters" if "parameters" in record else "")
         + f"{size}; vocabulary {record['vocabulary_size']:,}; {record['tokens']:,} tokens in {record['steps']:,} steps, "
         f"{record['train_seconds'] / 60:.1f} min on {record['threads']} thread{'s' if record['threads'] != 1 else ''} "
-        f"({record['date']}, the shared 2-core VM). Perplexity: {sets}. Validation perplexity (1,000 held-out lines): "
+        f"(the record keeps the date). Perplexity: {sets}. Validation perplexity (1,000 held-out lines): "
         f"{curve}" + ("; still falling when the budget ended." if falling else ".") + f" Model: `{evaluation['model']}`; "
         f"training: `{record['command']}`.",
     ]

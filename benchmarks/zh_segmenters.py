@@ -110,8 +110,8 @@ def table(results: dict, command: str) -> str:
     ranked = sorted(by_f1, key=lambda k: -sum(by_f1[k]) / len(by_f1[k]))
     lines += [
         "",
-        f"Command: `{command}` (run {results['date']} on {results['machine']}, a CPU shared with other work at the "
-        "time, so lines/s are rough).",
+        f"Command: `{command}` (the CPU was shared with other work, so lines/s are rough; the record keeps the "
+        "machine and the date).",
         "",
         f"**Default Chinese tokenizer: `{DEFAULT_CHINESE_TOKENIZER}`** (`elmokit.text.segmenters.DEFAULT_CHINESE_TOKENIZER`). "
         f"Mean F1 over the corpora measured: "

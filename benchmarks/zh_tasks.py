@@ -219,8 +219,8 @@ def table() -> str:
         notes.append("* **Shipped Chinese ELMo rows: not run yet.** `python benchmarks/zh_tasks.py --systems elmo` "
                      "adds them and regenerates this table.")
     lines += ["", *notes, "", "Commands (each JSON under `docs/results/zh/tasks/` records its own):", ""]
-    for command, day, machine, threads in sorted(commands):
-        lines.append(f"    {command}    # {day}, {machine}, {threads} torch thread(s)")
+    for command, _day, _machine, threads in sorted(commands):
+        lines.append(f"    {command}    # {threads} torch thread(s)")
     lines.append("    python benchmarks/zh_tasks.py --report-only    # rebuilds this table from the JSON files")
     lines += ["", "Bounds per run (`CAPS` in the script; test sets always whole): " + "; ".join(
         f"{n}: {e} epochs, {t or 'all'} training sentences, {d or 'all'} dev sentences" for n, (e, t, d) in CAPS.items())

@@ -2,7 +2,7 @@
 representations", NAACL), read top to bottom in data-flow order.
 
 It must reproduce the reference implementations (bilm-tf, allennlp) on their weight files;
-``../shared/spec/elmo_reference.md`` §3 is the behaviour, the conformance tests are the proof.
+the conformance tests (``tests/test_conformance.py``, against the reference's own fixtures) are the proof.
 
 Legend (shape comments): B batch, T tokens (T2 = T + 2 with <S> and </S>), C = 50 characters
 per token, P projection size, D LSTM cell size, L LSTM layers.
@@ -20,7 +20,8 @@ Deliberate deviations from the reference, both opt-outs of surprising behaviour:
 * State. The reference carries every row's final LSTM state into the next call, so a sentence's
   vectors depend on what was embedded before it in the same batch row. Here every sentence
   starts from the same initial state unless ``stateful=True``, which reproduces the reference
-  exactly (spec §3.8), including its per-row bookkeeping. That initial state is zero, or with
+  exactly (allennlp's ``_EncoderBase`` state carry-over), including its per-row bookkeeping.
+  That initial state is zero, or with
   ``set_initial_state(warm)`` the model's warm state (``elmokit.warm_state``: the state after a
   fixed warm-up text), which starts sentences warm and keeps them independent.
 * Padding. Token slots that are padding are never run through the char CNN (the reference
@@ -317,7 +318,7 @@ class BiLM(nn.Module):
             final_c.append(torch.stack([c_f, c_b]))
         return forward_outs, backward_outs, torch.stack(final_h), torch.stack(final_c)
 
-    # ---- the reference's stateful mode (spec §3.8) ------------------------------------------
+    # ---- the reference's stateful mode ----------------------------------------------------
 
     def _warm_rows(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The warm state repeated for B rows: h (L, 2, B, P), c (L, 2, B, D)."""

@@ -21,7 +21,7 @@ ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7,
 class BiLMConfig:
     """Architecture of a biLM. Saved as ``config.json`` (with ``format_version``).
 
-    Field names follow the reference ``options.json`` (spec §3.1) where one exists.
+    Field names follow the reference ``options.json`` (bilm-tf's) where one exists.
     """
 
     # 2: added `dropout` (missing in version-1 files means 0.0).

@@ -1,4 +1,4 @@
-"""Loading saved configs: one place that checks versions and fills defaults (DESIGN.md rule 5)."""
+"""Loading saved configs: one place that checks versions and fills defaults."""
 
 from __future__ import annotations
 

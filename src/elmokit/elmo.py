@@ -1,7 +1,7 @@
 """What users hold: ``Elmo`` (an nn.Module for task models) and ``Embedder`` (the light query
 object that turns sentences into numpy arrays and files into HDF5).
 
-``Elmo`` keeps the interface AllenNLP users know (spec §3.10): one biLM run, K independent scalar
+``Elmo`` keeps the interface AllenNLP users know (``allennlp.modules.elmo.Elmo``): one biLM run, K independent scalar
 mixes (Peters et al. 2018, eq. 1), boundaries removed, dropout; the difference is that sentences
 never influence each other unless ``stateful=True`` asks for the reference's behaviour.
 """

@@ -1,5 +1,5 @@
 """The original ELMo files: ``options.json`` + ``weights.hdf5`` as dumped by bilm-tf's
-``dump_weights`` and read by allennlp (spec §3.1-3.2).
+``dump_weights`` and read by allennlp.
 
 One literal table maps every hdf5 dataset to our parameters, with a named transform each way.
 The weight file is in TensorFlow's layout (``x @ W``), ours in PyTorch's (``W @ x``); every

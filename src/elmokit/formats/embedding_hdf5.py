@@ -1,4 +1,4 @@
-"""Bulk embedding to HDF5 in the layout of the old ``allennlp elmo`` command (spec §3.11).
+"""Bulk embedding to HDF5 in the layout of the old ``allennlp elmo`` command.
 
 Input: one whitespace-tokenised sentence per line (UTF-8), or raw text when the embedder has a
 segmenter (``Embedder.tokenize``: a model trained on Chinese with ``--tokenizer jieba`` cuts raw lines

@@ -1,4 +1,4 @@
-"""The context-independent token encoder of ELMo (spec §3.5): char CNN -> highway -> projection.
+"""The context-independent token encoder of ELMo, as bilm-tf built it: char CNN -> highway -> projection.
 
 Legend: N tokens, C = 50 characters per token, E char-embedding dim, F = sum of filters,
 P projection dim.

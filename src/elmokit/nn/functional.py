@@ -123,7 +123,7 @@ class _Sigmoid(torch.autograd.Function):
 #
 # For inference on a CPU the weights are reordered once into oneDNN's blocked layout: the skinny
 # per-step matrix products of the LSTM then run ~3x faster than through plain ``F.linear`` here
-# (measured: 64 x 512 x 16384 in 10 ms instead of 32). The packed kernel rounds differently from
+# (for instance at 64 x 512 x 16384). The packed kernel rounds differently from
 # MKL's (1e-6 relative), and it is batch-invariant from 2 rows on (a single row takes a different
 # kernel for some shapes); so inputs are padded to MIN_PACKED_ROWS = 2 rows, not 16, which cuts
 # the cost of one sentence's recurrent step (see the batch-1 rows of docs/benchmarks.md). The same

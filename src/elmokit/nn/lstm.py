@@ -1,4 +1,4 @@
-"""One direction of one layer of ELMo's LSTM with a projected hidden state (spec §3.6).
+"""One direction of one layer of ELMo's LSTM with a projected hidden state.
 
 This is TensorFlow's ``LSTMCell(num_proj=P, cell_clip, proj_clip)`` as bilm-tf trained it
 (Hochreiter & Schmidhuber 1997 with the projection of Sak et al. 2014):

@@ -2,7 +2,7 @@
 
     ELMo_k = gamma * sum_j s_j h_{k,j},   s = softmax(w)
 
-with AllenNLP's semantics (spec §3.9): w starts at 0 (or at given *pre-softmax* values), gamma at
+with the semantics of AllenNLP's ``ScalarMix``: w starts at 0 (or at given *pre-softmax* values), gamma at
 1.0; with ``do_layer_norm`` each layer is first normalised with one mean and one variance over
 all unmasked positions and all dimensions of the batch, eps 1e-13. ``l2_penalty`` is the
 paper's lambda * ||w||^2 regulariser (lambda = 0.001 recommended).

@@ -1,4 +1,4 @@
-"""The transformer family after ELMo on HF transformers and tokenizers (issue 12).
+"""The transformer family after ELMo on HF transformers and tokenizers.
 
 - tokenizers: WordPiece and byte-level BPE trained on a corpus, word alignment: ``elmokit.text.subword_tokenizers``
   (shared with the fine-tuning recipes).

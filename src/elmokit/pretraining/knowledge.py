@@ -15,7 +15,7 @@ exclusive):
   words or longer). The tags come from any tagger with ``predict(sentences) -> tags``: elmokit's
   ``SequenceTagger`` trained on UD (``elmokit tag``), or ``UnigramPosTagger`` fitted here from a
   CoNLL-U file in ~2 s (most frequent tag per word, suffix and shape back-off: 89.1% UPOS accuracy on
-  UD EWT dev when fitted on its train set, measured 2026-11-25). Without either,
+  UD EWT dev when fitted on its train set). Without either,
   ``content_word_phrase_spans`` is the stated heuristic: maximal runs of two
   or more words outside a closed list of English function words and punctuation.
 - Entities: spans of BIO tags from a NER tagger (elmokit's ``SequenceTagger`` trained on CoNLL-2003),

@@ -2,7 +2,7 @@
 
 Sizes (``PRESETS``). ``tiny`` is for tests (2 x 32); ``mini`` is Turc et al. 2019's BERT-Tiny width
 (2 x 128); ``small`` is 4 x 256 (Turc et al.'s BERT-Mini), ~3.2M non-embedding parameters: the size
-issue 12's side-by-side study asks for. Feed-forward width is 4 x hidden and a head is 64 wide (16 in
+of the side-by-side family study (``benchmarks/family_study.py``). Feed-forward width is 4 x hidden and a head is 64 wide (16 in
 ``tiny``), as in BERT; dropout 0.1 everywhere, as in BERT and GPT.
 
 Families (``FAMILIES``): the transformers class each objective trains, and how a preset becomes its

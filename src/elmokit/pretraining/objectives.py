@@ -1,7 +1,7 @@
-"""Pretraining objectives: what an objective gives the shared training loop (DESIGN.md, convention 15).
+"""Pretraining objectives: what an objective gives the shared training loop.
 
-The loop in ``elmokit.training`` owns checkpoints, exact resume, DDP, metrics and progress; an
-objective supplies its batches and its loss::
+The loop (``elmokit.training.loop.StepLoop``, driven by ``elmokit.pretraining.run``) owns checkpoints, exact
+resume, DDP, metrics and progress; an objective supplies its batches and its loss::
 
     class Objective(Protocol):
         name: str

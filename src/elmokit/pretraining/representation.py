@@ -19,7 +19,7 @@ is what probing studies commonly use (e.g. Hewitt & Manning 2019). ``first`` is 
 tagging (Devlin et al. 2019, §5.3); ``last`` suits left-to-right models. The specials' vectors are
 dropped.
 
-Batch invariance (DESIGN.md: a batch embeds exactly like its sentences one by one). Padding a
+Batch invariance (a batch embeds exactly like its sentences one by one, as elmokit's biLM does). Padding a
 sentence to a batch's length, even with the attention mask, changes its vectors in the last bits
 (other matrix shapes take other kernel paths); on CPU even unpadded sentences of equal length batched
 together differ from one at a time in the last bits at small widths. So by default

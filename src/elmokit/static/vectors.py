@@ -1,7 +1,7 @@
 """StaticVectors: a word -> vector table behind the `Representation` interface.
 
 The light query object of every static method (word2vec, fastText, GloVe, LSA, Doc2Vec word
-vectors): what users keep and ship, without any trainer state (DESIGN convention 10).
+vectors): what users keep and ship, without any trainer state.
 
 Out-of-vocabulary behaviour (stated once, here):
 

@@ -1,4 +1,4 @@
-"""ELMo character ids (spec §3.3): every token spelled as 50 byte-level ids.
+"""ELMo character ids, as bilm-tf and allennlp compute them: every token spelled as 50 byte-level ids.
 
 Raw ids: bytes 0-255 are the token's UTF-8 bytes; 256 = beginning-of-sentence char,
 257 = end-of-sentence char, 258 = beginning-of-word, 259 = end-of-word, 260 = padding char.

@@ -1,4 +1,4 @@
-"""How pretrained models are transferred to task models (DESIGN.md, layout): one module per
+"""How pretrained models are transferred to task models: one module per
 recipe, each a real option of the task commands (``--recipe``).
 
 * :mod:`elmokit.engine.schedules`: slanted triangular learning rates and discriminative
