@@ -55,6 +55,10 @@ PRETRAIN_FLAGS = {
                             "ernie: batches of each stage but the last (none: thirds of --max-steps, else 1000)"),
     "ernie_entities": ("--ernie-entities", str, "ernie: en: a NER tagger folder; zh: an entity cache (JSON lines of "
                        "knowledge_zh.tag_entity_cache; benchmarks/zh_ernie.py corpus writes one)"),
+    "dlm_mix": ("--dlm-mix", str, "ernie-dlm: source weights NAME=W,...: text (the corpus), dialogue, or a --dlm-text pool"),
+    "dlm_dialogues": ("--dlm-dialogues", str, "ernie-dlm: novels (glob) to extract quoted dialogue from (none: the corpus)"),
+    "dlm_text": ("--dlm-text", str, "ernie-dlm: extra text pools NAME=GLOB,... held in memory (e.g. bible=FILE)"),
+    "dlm_fake_rate": ("--dlm-fake-rate", float, "ernie-dlm: share of dialogue sequences with one turn replaced (fake)"),
     "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
                              "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
 }

@@ -103,6 +103,11 @@ class PretrainConfig:
     ernie_stages: str = "basic,phrase,entity"
     ernie_stage_batches: int | None = None  # None: thirds of max_steps (3 x 1000 batches without it)
     ernie_entities: str | None = None  # en: a NER tagger folder; zh: an entity cache (knowledge_zh.tag_entity_cache)
+    # ERNIE's dialogue LM (dialogue.dialogue_from_options): source weights, dialogue files, extra text pools, fakes
+    dlm_mix: str = "text=0.7,dialogue=0.3"
+    dlm_dialogues: str | None = None  # novels to extract dialogue from (None: the corpus)
+    dlm_text: str | None = None  # "NAME=GLOB,...": in-memory text pools dlm_mix may name
+    dlm_fake_rate: float = 0.5
     dropout: float | None = None  # None: the preset's (0.1)
     max_tokens: int | None = None  # the longest example in subword tokens (None: the preset's positions)
     # tokenizer (trained on the corpus unless tokenizer_dir is given)
@@ -142,7 +147,13 @@ class PretrainConfig:
             raise ValueError("--sbo (the span boundary objective) goes with --objective spanbert")
         ernie_set = [name for name in ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities")
                      if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if ernie_set and self.objective != "ernie":
+        dlm_set = [name for name in ("dlm_mix", "dlm_dialogues", "dlm_text", "dlm_fake_rate")
+                   if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+        if dlm_set and self.objective != "ernie-dlm":
+            raise ValueError(f"{', '.join(dlm_set)} go with --objective ernie-dlm")
+        if not 0 <= self.dlm_fake_rate <= 1:
+            raise ValueError(f"dlm_fake_rate must be in [0, 1], got {self.dlm_fake_rate!r}")
+        if ernie_set and self.objective not in ("ernie", "ernie-dlm"):
             raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
         if self.ernie_language not in ("en", "zh"):
             raise ValueError(f"ernie_language must be 'en' or 'zh', got {self.ernie_language!r}")
@@ -348,7 +359,9 @@ class _PretrainRun:
                 "sbo": config.sbo, "max_steps": config.decay_steps, "ernie_language": config.ernie_language,
                 "ernie_stages": tuple(s.strip() for s in config.ernie_stages.split(",") if s.strip()),
                 "ernie_stage_batches": config.ernie_stage_batches, "ernie_entities": config.ernie_entities,
-                "max_tokens": config.example_tokens})
+                "max_tokens": config.example_tokens, "seed": config.seed, "corpus_files": [str(f) for f in self.stream.files],
+                "dlm_mix": config.dlm_mix, "dlm_dialogues": config.dlm_dialogues, "dlm_text": config.dlm_text,
+                "dlm_fake_rate": config.dlm_fake_rate})
         self.modules = dict(self.objective.modules())
         self.model.to(self.device)
         for module in self.modules.values():
