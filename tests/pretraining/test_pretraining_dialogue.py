@@ -91,6 +91,13 @@ def test_unmatched_quotes_are_dropped_and_scare_quotes_are_not_speech():
     assert scan_quotes('He said "perhaps and', "double").open_tail is None
     assert scan_quotes('"Yes, we went.', "double").open_tail == "Yes, we went."
     assert is_utterance("No!") and is_utterance("gentleman, you know") and not is_utterance("Times")
+    # a story that quotes: narration longer than 30 words and than the speech in it is not a turn
+    story = ("Soon after this the sexton came to the house on a visit, and the father bewailed his trouble, and told "
+             "him how his younger son was so backward in every respect that he knew nothing and learnt nothing, and "
+             'then he said to him: "Come with me."')
+    assert extract_dialogues(['"Is it late?" she asked.', story, '"Yes, very late."']) == []
+    assert _texts(extract_dialogues(['"Is it late?" she asked.', story[-60:], '"Yes, very late."'])[0]) == [
+        ("Is it late?", 0), ("Come with me.", 1), ("Yes, very late.", 0)]
     # one speaker alone is no exchange
     assert extract_dialogues(['"Hello there, friend."', "He waited."]) == []
 

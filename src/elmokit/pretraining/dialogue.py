@@ -17,7 +17,9 @@ with quotation marks and give each new speaker a new paragraph; the rule follows
 - A quote still open at the end of a paragraph, its text ending a sentence (``. ! ?`` or a dash), continues
   when the next paragraph opens with a quote mark (the multi-paragraph speech convention): one utterance,
   one speaker. Otherwise it is unmatched and dropped.
-- A paragraph with at least one utterance is a speech paragraph. **A dialogue is a maximal run of
+- A paragraph with at least one utterance is a speech paragraph, unless its narration (words outside the
+  quotes) is longer than 30 words and than its speech: then it is a story that quotes (fairy tales tell
+  whole exchanges inside narrative paragraphs) and counts as narration. **A dialogue is a maximal run of
   consecutive speech paragraphs**, of at least two (two speakers); a paragraph of narration only, or the
   end of the document, ends it. Within a dialogue each new paragraph is a new speaker (speakers alternate
   0, 1, 0, ...; a continued quote keeps its speaker), and each utterance is one turn: two quotes of one
@@ -83,9 +85,9 @@ ROLE_NAMES = "QR"
 _DOUBLE_OPEN, _DOUBLE_CLOSE = "\u201c", "\u201d"
 _SINGLE_OPEN, _SINGLE_CLOSE = "\u2018", "\u2019"
 _OPENS = {"double": ('"', _DOUBLE_OPEN), "single": ("'", _SINGLE_OPEN)}
-_SPEECH_END = re.compile(r"[.,!?;:\u2014-]$")
+_SPEECH_END = re.compile(r"[.,!?;:\u2014\u3002\uff0c\uff01\uff1f\uff1b\uff1a\u2026-]$")  # full-width forms too
 _WORD = re.compile(r"\w+")
-_SENTENCE_END = re.compile(r"[.!?\u2014-]$")
+_SENTENCE_END = re.compile(r"[.!?\u2014\u3002\uff01\uff1f\u2026-]$")
 
 
 def quote_style(paragraphs: Sequence[str]) -> str:
@@ -121,6 +123,7 @@ class ScannedParagraph:
     quotes: list[str]
     continued: bool
     open_tail: str | None
+    narration_words: int = 0  # words outside the quotes
 
 
 def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedParagraph:
@@ -130,6 +133,7 @@ def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedP
     continued = inside and text[:1] in _OPENS[style]
     quotes: list[str] = []
     buffer: list[str] | None = None
+    outside: list[str] = []
     i = 0
     if continued:
         buffer, i = [], 1
@@ -138,6 +142,8 @@ def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedP
         if buffer is None:
             if (style == "double" and c in _OPENS["double"]) or (style == "single" and _opens_single(text, i)):
                 buffer = []
+            else:
+                outside.append(c)
         elif style == "double" and c in ('"', _DOUBLE_CLOSE):
             quotes.append("".join(buffer).strip())
             buffer = None
@@ -155,7 +161,7 @@ def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedP
     tail = "".join(buffer).strip() if buffer is not None else None
     if tail is not None and not _SENTENCE_END.search(tail):  # speech runs on only after a sentence's end
         tail = None
-    return ScannedParagraph(quotes, continued, tail)
+    return ScannedParagraph(quotes, continued, tail, len(_WORD.findall("".join(outside))))
 
 
 def is_utterance(quote: str) -> bool:
@@ -176,8 +182,9 @@ class Turn:
     paragraph: int
 
 
-def extract_dialogues(paragraphs: Sequence[str], *, style: str | None = None) -> list[list[Turn]]:
-    """The dialogues of one document (its paragraphs in order): lists of turns (see the module docstring)."""
+def extract_dialogues(paragraphs: Sequence[str], *, style: str | None = None, max_narration: int = 30) -> list[list[Turn]]:
+    """The dialogues of one document (its paragraphs in order): lists of turns (see the module docstring).
+    ``max_narration``: a paragraph with more words outside its quotes than this and than inside is narration."""
     style = style or quote_style(paragraphs)
     dialogues: list[list[Turn]] = []
     current: list[Turn] = []
@@ -204,6 +211,9 @@ def extract_dialogues(paragraphs: Sequence[str], *, style: str | None = None) ->
             turn_speaker = None
         pending = None
         utterances = [q for q in quotes if is_utterance(q)]
+        spoken = sum(len(_WORD.findall(u)) for u in utterances)
+        if scanned.narration_words > max(max_narration, spoken):  # a story that quotes, not an exchange
+            utterances, scanned.open_tail = [], None
         if not utterances and scanned.open_tail is None:
             close()  # narration ends a dialogue
             continue
