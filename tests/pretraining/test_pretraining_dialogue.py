@@ -52,6 +52,10 @@ def test_quotes_with_narration_make_turns_and_narration_ends_the_dialogue():
         [("Is she gone?", 0), ("Gone,", 1)],
     ]
     assert [t.paragraph for t in dialogues[0]] == [1, 2, 2, 3]
+    # a sentence broken by its tag is one utterance; a new sentence after the tag is a new turn
+    assert _texts(extract_dialogues(['"To the mill," said Mary, "where I work."', '"Why," he asked, "at night?"',
+                                     '"Because," she said. "It pays."'])[0]) == [
+        ("To the mill, where I work.", 0), ("Why, at night?", 1), ("Because,", 0), ("It pays.", 0)]
 
 
 def test_nested_quotes_stay_inside_the_utterance_in_both_styles():
@@ -98,6 +102,8 @@ def test_unmatched_quotes_are_dropped_and_scare_quotes_are_not_speech():
     assert extract_dialogues(['"Is it late?" she asked.', story, '"Yes, very late."']) == []
     assert _texts(extract_dialogues(['"Is it late?" she asked.', story[-60:], '"Yes, very late."'])[0]) == [
         ("Is it late?", 0), ("Come with me.", 1), ("Yes, very late.", 0)]
+    # two speakers in one paragraph (quotes with nothing between): against the convention, so narration
+    assert extract_dialogues(['"Is it late?" she asked.', '"Whither away, Hans?" "To Gretel."', '"Yes, very late."']) == []
     # one speaker alone is no exchange
     assert extract_dialogues(['"Hello there, friend."', "He waited."]) == []
 

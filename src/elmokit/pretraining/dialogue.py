@@ -19,11 +19,15 @@ with quotation marks and give each new speaker a new paragraph; the rule follows
   one speaker. Otherwise it is unmatched and dropped.
 - A paragraph with at least one utterance is a speech paragraph, unless its narration (words outside the
   quotes) is longer than 30 words and than its speech: then it is a story that quotes (fairy tales tell
-  whole exchanges inside narrative paragraphs) and counts as narration. **A dialogue is a maximal run of
+  whole exchanges inside narrative paragraphs) and counts as narration; so does a paragraph where two quotes
+  follow each other with nothing between them ('‘Whither away, Hans?’ ‘To Gretel.’': two speakers in one
+  paragraph, against the convention). **A dialogue is a maximal run of
   consecutive speech paragraphs**, of at least two (two speakers); a paragraph of narration only, or the
   end of the document, ends it. Within a dialogue each new paragraph is a new speaker (speakers alternate
   0, 1, 0, ...; a continued quote keeps its speaker), and each utterance is one turn: two quotes of one
-  paragraph ('"Yes," said he. "I will go."') are two consecutive turns of one speaker.
+  paragraph ('"Yes," said he. "I will go."') are two consecutive turns of one speaker, unless the
+  narration between them ends with a comma and the first does not end a sentence ('"To the mill," said
+  Mary, "where I work."'): that is one sentence broken by its tag, one utterance.
 
 **DLM sequences** (``dlm_windows``, ``dialogue_sequence``). Every three consecutive turns of a dialogue
 that are not all one speaker's form a window; a turn's role is Q when its speaker is the window's first
@@ -59,7 +63,9 @@ books and the Bible for text. Pools other than the stream are drawn with replace
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +82,8 @@ from elmokit.pretraining.heads import IGNORE_INDEX, masked_lm_loss
 from elmokit.pretraining.knowledge import STAGES, ErnieObjective
 from elmokit.text.corpus import CorpusError, expand_patterns, open_text
 from elmokit.text.subword_tokenizers import encode_words
+
+logger = logging.getLogger(__name__)
 
 Q, R = 0, 1  # the dialogue embedding's ids (the model's token types)
 ROLE_NAMES = "QR"
@@ -124,6 +132,7 @@ class ScannedParagraph:
     continued: bool
     open_tail: str | None
     narration_words: int = 0  # words outside the quotes
+    adjacent: bool = False  # two quotes with nothing between them: two speakers in one paragraph
 
 
 def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedParagraph:
@@ -134,6 +143,19 @@ def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedP
     quotes: list[str] = []
     buffer: list[str] | None = None
     outside: list[str] = []
+    between: list[str] = []  # the narration since the last closed quote
+    adjacent = False
+
+    def closed(quote: str) -> None:
+        nonlocal adjacent
+        adjacent = adjacent or (bool(quotes) and not "".join(between).strip())
+        # "To the mill," said Mary, "where I work." is one sentence broken by its tag: one utterance
+        if quotes and "".join(between).strip().endswith(",") and not re.search(r"[.!?\u3002\uff01\uff1f]$", quotes[-1]):
+            quotes[-1] = f"{quotes[-1]} {quote}"
+        else:
+            quotes.append(quote)
+        between.clear()
+
     i = 0
     if continued:
         buffer, i = [], 1
@@ -144,14 +166,15 @@ def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedP
                 buffer = []
             else:
                 outside.append(c)
+                between.append(c)
         elif style == "double" and c in ('"', _DOUBLE_CLOSE):
-            quotes.append("".join(buffer).strip())
+            closed("".join(buffer).strip())
             buffer = None
         elif style == "double" and c == _DOUBLE_OPEN:  # the open quote was never closed: drop it, start anew
             buffer = []
             continued = False if not quotes else continued
         elif style == "single" and _closes_single(text, i):
-            quotes.append("".join(buffer).strip())
+            closed("".join(buffer).strip())
             buffer = None
         else:
             buffer.append(c)
@@ -161,7 +184,7 @@ def scan_quotes(paragraph: str, style: str, *, inside: bool = False) -> ScannedP
     tail = "".join(buffer).strip() if buffer is not None else None
     if tail is not None and not _SENTENCE_END.search(tail):  # speech runs on only after a sentence's end
         tail = None
-    return ScannedParagraph(quotes, continued, tail, len(_WORD.findall("".join(outside))))
+    return ScannedParagraph(quotes, continued, tail, len(_WORD.findall("".join(outside))), adjacent)
 
 
 def is_utterance(quote: str) -> bool:
@@ -212,7 +235,7 @@ def extract_dialogues(paragraphs: Sequence[str], *, style: str | None = None, ma
         pending = None
         utterances = [q for q in quotes if is_utterance(q)]
         spoken = sum(len(_WORD.findall(u)) for u in utterances)
-        if scanned.narration_words > max(max_narration, spoken):  # a story that quotes, not an exchange
+        if scanned.adjacent or scanned.narration_words > max(max_narration, spoken):  # a story that quotes
             utterances, scanned.open_tail = [], None
         if not utterances and scanned.open_tail is None:
             close()  # narration ends a dialogue
@@ -536,6 +559,11 @@ def dialogue_from_options(tokenizer, model, options: Mapping, ernie: ErnieObject
     pool = DialoguePool(corpus_dialogues(source), tokenizer) if weights.get("dialogue", 0) > 0 and source else None
     pools = {name: text_pool(pattern, tokenizer, max_tokens=max_tokens, special=special)
              for name, pattern in parse_pools(options.get("dlm_text")).items()}
+    if pool is not None:
+        patterns = Counter(role_pattern([Turn("", s, 0) for s in pool.speakers[d][i:i + 3]]) for d, i in pool.windows)
+        logger.info("ernie-dlm: %d dialogues, %d utterances, %d three-turn windows (%s); text pools: %s", len(pool.turns),
+                    len(pool.utterances), len(pool), ", ".join(f"{k} {v}" for k, v in patterns.most_common()),
+                    ", ".join(f"{k} {len(v)} segments" for k, v in pools.items()) or "none")
     fake_rate = options.get("dlm_fake_rate")
     return DialogueObjective(ernie, SourceMix(weights, int(options.get("seed") or 0)), pool, special=special,
                              max_tokens=max_tokens, hidden_size=int(model.config.hidden_size),
