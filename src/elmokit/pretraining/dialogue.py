@@ -289,14 +289,16 @@ def dlm_windows(dialogue: Sequence[Turn]) -> list[int]:
 
 @dataclass
 class EncodedTurn:
-    ids: list[int]
-    word_ids: list[int]
+    """A turn's pieces and each piece's word index (int32 arrays in a pool: a corpus holds millions)."""
+
+    ids: Sequence[int]
+    word_ids: Sequence[int]
 
 
 def encode_turn(tokenizer, text: str) -> EncodedTurn:
     words = [w for s in split_sentences(text) for w in s]
     encoding = encode_words(tokenizer, words, add_special_tokens=False)
-    return EncodedTurn(list(encoding.input_ids), [int(w) for w in encoding.word_ids])
+    return EncodedTurn(np.asarray(encoding.input_ids, dtype=np.int32), np.asarray(encoding.word_ids, dtype=np.int32))
 
 
 def _fit(lengths: list[int], capacity: int) -> list[int]:
@@ -319,8 +321,8 @@ def dialogue_sequence(turns: Sequence[EncodedTurn], roles: Sequence[int], *, spe
     ids, roles_out, word_ids = [special.cls], [roles[0]], [None]
     offset = 0
     for turn, role, n in zip(turns, roles, keep):
-        words = turn.word_ids[:n]
-        ids += turn.ids[:n] + [special.sep]
+        words = [int(w) for w in turn.word_ids[:n]]
+        ids += [int(i) for i in turn.ids[:n]] + [special.sep]
         roles_out += [role] * (n + 1)
         word_ids += [w + offset for w in words] + [None]
         offset += (max(words) + 1) if words else 0
