@@ -294,3 +294,41 @@ def test_resume_is_bit_identical_and_the_cli_trains(tmp_path, novels, capsys):
         str(tmp_path / "split" / "checkpoints" / "step_00000006" / "model.safetensors")))
     record = json.loads((tmp_path / "split" / "training.json").read_text())
     assert record["pretraining"]["dlm_mix"] == "text=1,dialogue=1"
+
+
+def test_bad_mix_settings_are_refused_in_one_line_before_anything_is_written(tmp_path, novels, capsys):
+    need_transformers()
+    from elmokit.cli.main import main
+
+    base = ["pretrain", "--objective", "ernie-dlm", "--corpus", str(novels), "--max-steps", "2"]
+    cases = [(["--dlm-mix", "text=1,bible=1"], "bible is neither text, dialogue nor a --dlm-text pool"),
+             (["--dlm-mix", "text=1,dialogue=-1"], "give NAME=WEIGHT pairs"),
+             (["--dlm-fake-rate", "1.5"], "dlm_fake_rate must be in [0, 1]"),
+             (["--objective", "bert", "--dlm-mix", "text=1"], "dlm_mix go with --objective ernie-dlm")]
+    for k, (extra, message) in enumerate(cases):
+        out = tmp_path / f"run{k}"
+        assert main([*base, "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+        assert not out.exists() or not any(out.iterdir())
+
+
+def test_resume_refuses_changed_dialogue_files(tmp_path, novels, capsys):
+    need_transformers()
+    from train_helpers import one_thread
+
+    from elmokit.cli.main import main
+
+    dialogues = tmp_path / "dialogues.txt"
+    _write_novels(dialogues, books=2, seed=4)
+    out = tmp_path / "run"
+    with one_thread():
+        assert main(["pretrain", "--objective", "ernie-dlm", "--corpus", str(novels), "--out", str(out), "--preset", "tiny",
+                     "--max-steps", "4", "--batch-size", "4", "--vocab-size", "200", "--max-tokens", "32",
+                     "--checkpoint-every", "2", "--dlm-dialogues", str(dialogues), "--threads", "1"]) == 0
+        state = json.loads((out / "checkpoints" / "step_00000004" / "state.json").read_text())
+        assert state["objective_state"]["batches_done"] == 4 and len(state["objective_state"]["pools_sha256"]) == 64
+        _write_novels(dialogues, books=2, seed=5)  # other dialogue
+        assert main(["pretrain", "--out", str(out), "--resume", "--max-steps", "6", "--threads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the dialogue files or text pools differ from the run's" in err and "Traceback" not in err

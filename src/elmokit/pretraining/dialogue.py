@@ -316,7 +316,8 @@ def dialogue_sequence(turns: Sequence[EncodedTurn], roles: Sequence[int], *, spe
     [SEP] its turn's) and ``word_ids`` numbered across the turns (None at the specials)."""
     capacity = max_tokens - 1 - len(turns)
     if capacity < len(turns):
-        raise ValueError(f"max_tokens={max_tokens}: a dialogue sequence needs room for the specials and a token a turn")
+        raise UserError(f"--max-tokens {max_tokens}: a dialogue sequence needs room for its 4 specials and a token a turn; "
+                        "fix: give --max-tokens 7 or more")
     keep = _fit([len(t.ids) for t in turns], capacity)
     ids, roles_out, word_ids = [special.cls], [roles[0]], [None]
     offset = 0
@@ -377,8 +378,9 @@ class DialoguePool:
 # --------------------------------------------------------------------------- the mix and the objective
 
 
-def parse_mix(text: str) -> dict[str, float]:
-    """'text=0.7,dialogue=0.3' -> normalised weights (a name once, weights finite and >= 0, some > 0)."""
+def parse_mix(text: str, pools: Sequence[str] | None = None) -> dict[str, float]:
+    """'text=0.7,dialogue=0.3' -> normalised weights (a name once, weights finite and >= 0, some > 0; with
+    ``pools``, every name 'text', 'dialogue' or one of them)."""
     weights: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, value = part.partition("=")
@@ -388,11 +390,15 @@ def parse_mix(text: str) -> dict[str, float]:
         except ValueError:
             weight = float("nan")
         if not sep or not name or name in weights or not np.isfinite(weight) or weight < 0:
-            raise ValueError(f"mix {text!r}: give NAME=WEIGHT pairs, comma-separated, each name once, weights >= 0")
+            raise UserError(f"--dlm-mix {text!r}: give NAME=WEIGHT pairs, comma-separated, each name once, weights >= 0")
         weights[name] = weight
     total = sum(weights.values())
     if not weights or total <= 0:
-        raise ValueError(f"mix {text!r}: some weight must be > 0")
+        raise UserError(f"--dlm-mix {text!r}: some weight must be > 0")
+    unknown = [n for n in weights if pools is not None and n not in ("text", "dialogue", *pools)]
+    if unknown:
+        raise UserError(f"--dlm-mix {text!r}: {', '.join(unknown)} is neither text, dialogue nor a --dlm-text pool "
+                        f"({', '.join(pools) or 'none given'}); fix: name it in --dlm-text NAME=GLOB")
     return {k: v / total for k, v in weights.items()}
 
 
@@ -402,7 +408,7 @@ def parse_pools(text: str | None) -> dict[str, str]:
     for part in (p.strip() for p in (text or "").split(",") if p.strip()):
         name, sep, pattern = part.partition("=")
         if not sep or not name.strip() or not pattern.strip() or name.strip() in pools:
-            raise ValueError(f"text pools {text!r}: give NAME=GLOB pairs, comma-separated, each name once")
+            raise UserError(f"--dlm-text {text!r}: give NAME=GLOB pairs, comma-separated, each name once")
         pools[name.strip()] = pattern.strip()
     return pools
 

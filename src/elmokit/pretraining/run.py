@@ -77,6 +77,7 @@ from elmokit.engine.schedules import warmup_linear_decay
 from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, update_if_finite
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
+from elmokit.pretraining.dialogue import parse_mix, parse_pools
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.registry import OBJECTIVES
 from elmokit.text.corpus import CorpusError, Position, expand_patterns
@@ -153,6 +154,7 @@ class PretrainConfig:
             raise ValueError(f"{', '.join(dlm_set)} go with --objective ernie-dlm")
         if not 0 <= self.dlm_fake_rate <= 1:
             raise ValueError(f"dlm_fake_rate must be in [0, 1], got {self.dlm_fake_rate!r}")
+        parse_mix(self.dlm_mix, list(parse_pools(self.dlm_text)))  # a bad mix is refused before anything is written
         if ernie_set and self.objective not in ("ernie", "ernie-dlm"):
             raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
         if self.ernie_language not in ("en", "zh"):
