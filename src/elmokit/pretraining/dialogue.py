@@ -50,7 +50,9 @@ that position; a row given to another source leaves that stream example unused.
 current stage (``knowledge.ErnieObjective.mask``: basic -> phrase -> entity by batch count; on a dialogue
 row the phrase and entity spans are found over its three turns' words); loss = the MLM mean over the
 masked tokens of all rows + the real/fake cross-entropy mean over the dialogue rows. Model: family
-'bert-mlm' (two token types: the roles). ``batches_done`` and a digest of the pools are checkpointed.
+'bert-mlm' (two token types: the roles). ``batches_done`` and a digest of the pools are checkpointed. On
+several ranks each rank's loss is weighted by its share of the MLM targets (``run``), so the DLM term is
+close to, not equal to, one process's (as BERT's NSP).
 
 Deviations from the paper: ERNIE's dialogue is Baidu Tieba threads (Chinese), whose roles are post and
 reply; ours are quoted speech in English novels, where the speaker is inferred by the paragraph
@@ -536,8 +538,9 @@ class DialogueObjective:
         mlm = masked_lm_loss(model, hidden, batch["labels"])
         labels = batch["dialogue_label"]  # (B,)
         dialogue = labels != IGNORE_INDEX
+        # the same parts on every batch (ranks sum them): dlm and dlm_accuracy are 0 on a batch without dialogue rows
         total, parts = mlm.mean, {"mlm": float(mlm.mean.detach()), "stage": float(batch["stage"]),
-                                  "dialogue_rows": float(dialogue.float().mean())}
+                                  "dialogue_rows": float(dialogue.float().mean()), "dlm": 0.0, "dlm_accuracy": 0.0}
         if bool(dialogue.any()):
             logits = self.head(hidden[dialogue])  # (D, 2)
             dlm = F.cross_entropy(logits.float(), labels[dialogue])
