@@ -64,6 +64,10 @@ PRETRAIN_FLAGS = {
                                "ernie2: training iterations (batches) of each task, N (none: --max-steps / tasks)"),
     "ernie2_reorder_pieces": ("--ernie2-reorder-pieces", positive_int,
                               "ernie2: sentence reordering cuts a segment into 1..k pieces (sum of n! classes; k <= 4)"),
+    "dlm_mix": ("--dlm-mix", str, "ernie-dlm: source weights NAME=W,...: text (the corpus), dialogue, or a --dlm-text pool"),
+    "dlm_dialogues": ("--dlm-dialogues", str, "ernie-dlm: novels (glob) to extract quoted dialogue from (none: the corpus)"),
+    "dlm_text": ("--dlm-text", str, "ernie-dlm: extra text pools NAME=GLOB,... held in memory (e.g. bible=FILE)"),
+    "dlm_fake_rate": ("--dlm-fake-rate", float, "ernie-dlm: share of dialogue sequences with one turn replaced (fake)"),
     "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
                              "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
 }

@@ -38,7 +38,8 @@ segmented corpus's words of 2+ characters, entities come from a cache of a chara
 ``ErnieSchedule.stages`` picks the stages run (``("basic",)``: character / whole-word masking throughout).
 
 Deviations: ERNIE is Chinese, trained on heterogeneous corpora with a dialogue LM task (DLM) and NSP;
-neither is here. Its chunker and NER tool are Baidu's; ours are the above.
+this objective has neither (the DLM and the corpus mix are ``dialogue``'s ``--objective ernie-dlm``).
+Its chunker and NER tool are Baidu's; ours are the above.
 """
 
 from __future__ import annotations

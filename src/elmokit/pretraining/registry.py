@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elmokit.pretraining.batching import Objective
+from elmokit.pretraining.dialogue import dialogue_from_options
 from elmokit.pretraining.ernie2 import ernie2_from_options
 from elmokit.pretraining.heads import SpanBoundaryHead
 from elmokit.pretraining.knowledge import ernie_from_options
@@ -116,6 +117,15 @@ for _spec in (
                   "sentence reordering and distance, task embeddings, tasks added in stages (Sun et al. 2020)"),
 ):
     register(_spec)
+
+
+def _build_ernie_dlm(tokenizer, model, options: Mapping[str, Any]):
+    return dialogue_from_options(tokenizer, model, options, ernie_from_options(tokenizer, options))
+
+
+register(ObjectiveSpec("ernie-dlm", "bert-mlm", "wordpiece", "segments", _build_ernie_dlm,
+                       "ERNIE 1.0 knowledge masking + dialogue LM (QRQ/QRR/QQR, role embeddings, real/fake) on a "
+                       "text + dialogue mix (Sun et al. 2019)"))
 
 
 def _pad_or_eos(tokenizer) -> int:

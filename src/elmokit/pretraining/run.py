@@ -77,6 +77,7 @@ from elmokit.engine.schedules import warmup_linear_decay
 from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, update_if_finite
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
+from elmokit.pretraining.dialogue import parse_mix, parse_pools
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.registry import OBJECTIVES
 from elmokit.text.corpus import CorpusError, Position, expand_patterns
@@ -108,6 +109,11 @@ class PretrainConfig:
     ernie2_schedule: str = "continual"  # "multitask": every task from the start (the ablation)
     ernie2_task_iterations: int | None = None  # None: max_steps // number of tasks (1000 without max_steps)
     ernie2_reorder_pieces: int = 3
+    # ERNIE's dialogue LM (dialogue.dialogue_from_options): source weights, dialogue files, extra text pools, fakes
+    dlm_mix: str = "text=0.7,dialogue=0.3"
+    dlm_dialogues: str | None = None  # novels to extract dialogue from (None: the corpus)
+    dlm_text: str | None = None  # "NAME=GLOB,...": in-memory text pools dlm_mix may name
+    dlm_fake_rate: float = 0.5
     dropout: float | None = None  # None: the preset's (0.1)
     max_tokens: int | None = None  # the longest example in subword tokens (None: the preset's positions)
     # tokenizer (trained on the corpus unless tokenizer_dir is given)
@@ -147,7 +153,14 @@ class PretrainConfig:
             raise ValueError("--sbo (the span boundary objective) goes with --objective spanbert")
         ernie_set = [name for name in ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities")
                      if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if ernie_set and self.objective != "ernie":
+        dlm_set = [name for name in ("dlm_mix", "dlm_dialogues", "dlm_text", "dlm_fake_rate")
+                   if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+        if dlm_set and self.objective != "ernie-dlm":
+            raise ValueError(f"{', '.join(dlm_set)} go with --objective ernie-dlm")
+        if not 0 <= self.dlm_fake_rate <= 1:
+            raise ValueError(f"dlm_fake_rate must be in [0, 1], got {self.dlm_fake_rate!r}")
+        parse_mix(self.dlm_mix, list(parse_pools(self.dlm_text)))  # a bad mix is refused before anything is written
+        if ernie_set and self.objective not in ("ernie", "ernie-dlm"):
             raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
         ernie2_set = [name for name in ("ernie2_tasks", "ernie2_schedule", "ernie2_task_iterations", "ernie2_reorder_pieces")
                       if getattr(self, name) != type(self).__dataclass_fields__[name].default]
@@ -368,10 +381,12 @@ class _PretrainRun:
                 "sbo": config.sbo, "max_steps": config.decay_steps, "ernie_language": config.ernie_language,
                 "ernie_stages": tuple(s.strip() for s in config.ernie_stages.split(",") if s.strip()),
                 "ernie_stage_batches": config.ernie_stage_batches, "ernie_entities": config.ernie_entities,
-                "max_tokens": config.example_tokens, "seed": config.seed,
+                "max_tokens": config.example_tokens, "seed": config.seed, "corpus_files": [str(f) for f in self.stream.files],
                 "ernie2_tasks": tuple(t.strip() for t in config.ernie2_tasks.split(",") if t.strip()),
                 "ernie2_schedule": config.ernie2_schedule, "ernie2_task_iterations": config.ernie2_task_iterations,
-                "ernie2_reorder_pieces": config.ernie2_reorder_pieces})
+                "ernie2_reorder_pieces": config.ernie2_reorder_pieces,
+                "dlm_mix": config.dlm_mix, "dlm_dialogues": config.dlm_dialogues, "dlm_text": config.dlm_text,
+                "dlm_fake_rate": config.dlm_fake_rate})
         self.modules = dict(self.objective.modules())
         self.model.to(self.device)
         for module in self.modules.values():
