@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from elmokit.errors import UserError
-from elmokit.io import TEMP_MARK, atomic_path
+from elmokit.io import TEMP_MARK, atomic_path, file_sha256
 from elmokit.text.corpus import Position
 
 logger = logging.getLogger(__name__)
@@ -83,15 +82,6 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
 def latest_checkpoint(root: Path) -> Path | None:
     found = list_checkpoints(root)
     return found[-1][1] if found else None
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, read in 1 MiB blocks (a corpus of any size)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ---- where a data stream stands (saved in each checkpoint) ------------------------------------------

@@ -21,7 +21,7 @@ config:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -165,6 +165,3 @@ def non_embedding_parameters(model) -> int:
     embeddings = {id(p) for m in model.modules() if "Embedding" in type(m).__name__ for p in m.parameters()}
     return sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
 
-
-def preset_table() -> list[dict]:
-    return [{"name": name, **asdict(p)} for name, p in PRESETS.items()]

@@ -124,9 +124,6 @@ class CoveTrainingConfig:
 
 # ---------------------------------------------------------------------------------------- data
 
-TOKENIZE = Tokenizer(kind="regex")
-
-
 @dataclass
 class ParallelSplit:
     source: list[list[str]]
