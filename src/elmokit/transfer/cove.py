@@ -45,7 +45,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
@@ -60,7 +60,7 @@ SOURCE_WORDS_NAME, TARGET_VOCAB_NAME = "source_words.txt", "target_vocab.txt"
 
 
 @dataclass(frozen=True, kw_only=True)
-class CoveConfig:
+class CoveConfig(SavedConfig):
     """Sizes of the MT model. Defaults are the paper's (GloVe 300, MT-LSTM 300 per direction)."""
 
     input_dim: int = 300  # E, the frozen vectors' size
@@ -73,16 +73,10 @@ class CoveConfig:
     dropout: float = 0.2  # between LSTM layers, on decoder inputs and on h~
     source_lowercase: bool = True  # the vectors were trained on lowercased text: lowercase words before lookup
     FORMAT_VERSION: ClassVar[int] = FORMAT_VERSION
+    WHAT = "CoVe config"
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "format_version": FORMAT_VERSION}
-
-    @classmethod
-    def from_dict(cls, values: dict) -> CoveConfig:
-        return config_from_dict(cls, values, "CoVe config")
-
-    def replace(self, **changes) -> CoveConfig:
-        return dataclasses.replace(self, **changes)
 
 
 # Named sizes (E comes from the vectors). "paper": McCann et al.; "small": what a CPU trains in minutes.
