@@ -52,7 +52,7 @@ from torch import nn
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.errors import InputNotFound, UserError
 from elmokit.formats.checks import refuse_non_finite_read
-from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
+from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions, decode_tags, tag_loss
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
 from elmokit.tasks.tagger.saved import SAVED_BY
@@ -165,16 +165,10 @@ class FineTunedTaggerModel(nn.Module):
         return self.label_scores(self.dropout(words))
 
     def loss(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Mean token cross-entropy (softmax) or mean over sentences of -log p(tags) (CRF)."""
-        if self.crf is not None:
-            return self.crf(emissions, tags, mask).mean()
-        return nn.functional.cross_entropy(emissions[mask], tags[mask])
+        return tag_loss(self.crf, emissions, tags, mask)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-        if self.crf is not None:
-            return self.crf.viterbi_decode(emissions, mask)
-        best = emissions.argmax(-1)
-        return [best[b, : int(n)].tolist() for b, n in enumerate(mask.sum(1))]
+        return decode_tags(self.crf, emissions, mask)
 
 
 @dataclass
@@ -286,10 +280,6 @@ def finetune_tagger(
         raise UserError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
     if task not in ("ner", "pos"):
         raise ValueError(f"task {task!r}: use ner or pos")
-    for name, corpus in (("train", train), ("dev", dev)):
-        empty = [i for i, s in enumerate(corpus.sentences) if not s]
-        if empty:
-            raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     scheme = scheme if task == "ner" else None
     labels = tagging_labels(train, dev, scheme, log)
     seed_everything(options.seed)
