@@ -5,7 +5,7 @@ Shape legend: B batch, T tokens, H hidden size, V vocabulary, M masked positions
 
 Masked positions only. transformers' ``*ForMaskedLM`` / ``BertForPreTraining`` apply the prediction
 head (dense + GeLU + LayerNorm + an H x V decoder) to all B*T positions and then ignore the ~85% with
-label -100; the issue measured that as ~2.8x slower CPU pretraining for BERT. ``masked_lm_loss``
+label -100 (~2.8x slower CPU pretraining for BERT). ``masked_lm_loss``
 gathers the M labelled rows of the encoder output first and applies *the model's own* head to them,
 so the parameters, the tying to the input embeddings and the saved folder are the library's; the
 loss equals the stock one up to float rounding (tested).
