@@ -103,7 +103,6 @@ def _clean(value):
 
 def run_similarity(args: argparse.Namespace) -> int:
     from elmokit.evaluation.word_similarity import evaluate, format_table
-    from elmokit.io import atomic_path
 
     if not args.vectors and not args.model:
         raise UserError("give --vectors DIR|FILE or --model MODEL")
@@ -129,11 +128,7 @@ def run_similarity(args: argparse.Namespace) -> int:
                                 in_vocab_only=args.in_vocab_only))
     print(format_table(results))
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = results[0] if len(results) == 1 else {"results": results}
-        with atomic_path(out) as tmp:
-            Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        _write_json(args.out, results[0] if len(results) == 1 else {"results": results})
     return 0
 
 
@@ -173,7 +168,6 @@ def _register_tagging(sub, task: str) -> None:
 def run_tagging(args: argparse.Namespace) -> int:
     from elmokit.cli.common import apply_threads, load_representation
     from elmokit.evaluation.tagging import format_table, run_benchmark
-    from elmokit.io import atomic_path
 
     apply_threads(args)
     _check_out(args)
@@ -195,12 +189,7 @@ def run_tagging(args: argparse.Namespace) -> int:
     print(f"{metric}, in %; best epoch by dev score")
     print(format_table(results))
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"benchmark": args.task, "metric": metric, "command": ["elmokit"] + list(getattr(args, "argv", [])),
-                   "results": results}
-        with atomic_path(out) as tmp:
-            Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        _write_json(args.out, {"benchmark": args.task, "metric": metric, "command": _command(args), "results": results})
     return 0
 
 
@@ -234,6 +223,19 @@ def _write_json(path, payload) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _command(args) -> list[str]:
+    return ["elmokit"] + list(getattr(args, "argv", []))
+
+
+def _report(args, result: dict, table: str) -> int:
+    """Print a probe's table; write its result, with the command that made it, to ``--out`` when given."""
+    result["command"] = _command(args)
+    print(table)
+    if args.out:
+        _write_json(args.out, result)
+    return 0
 
 
 def _register_probe(sub) -> None:
@@ -270,11 +272,7 @@ def run_probe(args: argparse.Namespace) -> int:
     rep = _representation(args)
     result = probe_layers(rep, splits["train"], splits["dev"], splits["test"], weight_decays=args.weight_decays,
                           layers=args.layers, max_iter=args.max_iter, log=logging.getLogger("elmokit.probe").info)
-    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
-    print(format_probe_table(result))
-    if args.out:
-        _write_json(args.out, result)
-    return 0
+    return _report(args, result, format_probe_table(result))
 
 
 # ---------------------------------------------------------------------- word sense disambiguation
@@ -320,11 +318,7 @@ def run_wsd(args: argparse.Namespace) -> int:
     rep = _representation(args)
     result = evaluate_wsd(rep, semcor, test, gold, first_senses)
     result["test_set"] = args.test
-    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
-    print(format_wsd_table(result, args.test))
-    if args.out:
-        _write_json(args.out, result)
-    return 0
+    return _report(args, result, format_wsd_table(result, args.test))
 
 
 # ---------------------------------------------------------------------- SST
@@ -360,8 +354,4 @@ def run_sst(args: argparse.Namespace) -> int:
     result = evaluate_sst(rep, data_dir=args.data_dir, tasks=tasks, variants=variants, cache_dir=args.cache_dir,
                           max_train=args.max_train, log=logging.getLogger("elmokit.sst").info,
                           **classifier_training_options(args))
-    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
-    print(format_sst_table(result))
-    if args.out:
-        _write_json(args.out, result)
-    return 0
+    return _report(args, result, format_sst_table(result))
