@@ -11,7 +11,6 @@ maps flags onto it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
@@ -20,6 +19,7 @@ import sys
 from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int
 from elmokit.cli.training_common import (
     SettingError,
+    add_config_flags,
     add_tokenizer_arguments,
     interrupted,
     run_training_command,
@@ -62,14 +62,9 @@ TRAINING_FLAGS = {
 }
 
 
-def _default_text(field_name: str) -> str:
+def register(subparsers) -> None:
     from elmokit.training.config import TrainingConfig
 
-    default = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}[field_name]
-    return "none" if default is None else str(default)
-
-
-def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "train",
         help="train a biLM language model on a corpus (resumable, torchrun for data parallelism)",
@@ -97,8 +92,7 @@ def register(subparsers) -> None:
                         help="start from the weights of a model folder written by `elmokit train` (or 'default'), "
                         "like bilm-tf's restart.py; its architecture, vocabulary and tokenizer are taken unless "
                         "given, and the optimizer starts fresh (default: random weights)")
-    for field_name, (flag, kind, text) in TRAINING_FLAGS.items():
-        parser.add_argument(flag, dest=field_name, type=kind, default=None, help=f"{text} (default: {_default_text(field_name)})")
+    add_config_flags(parser, TRAINING_FLAGS, TrainingConfig)
     parser.add_argument("--valid", dest="valid_corpus", action="append", default=None,
                         help="held-out file or glob: full-softmax perplexity logged to metrics.jsonl every --valid-every steps "
                         "(default: none)")
