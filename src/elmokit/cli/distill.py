@@ -8,8 +8,8 @@ import dataclasses
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int
-from elmokit.cli.training_common import SettingError, add_config_flags, run_training_command
+from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.training_common import SettingError, add_config_flags
 
 # flag -> DistillRunConfig field; flags default to None ("not given"), so --resume can tell
 RUN_FLAGS = {
@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     parser.add_argument("--tinybert-attention", type=non_negative_float, default=0.0,
                         help="weight of TinyBERT's attention MSE (default: 0 = off)")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
-    parser.set_defaults(func=lambda args: run_training_command("distill", run, args))
+    parser.set_defaults(func=lambda args: run_reporting_errors("distill", run, args))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,7 +33,14 @@ from elmokit.cli.arguments import (
     tagger_config_changes,
     tagger_train_options,
 )
-from elmokit.cli.common import add_threads_argument, non_negative_float, non_negative_int, number_list, positive_int
+from elmokit.cli.common import (
+    add_threads_argument,
+    non_negative_float,
+    non_negative_int,
+    number_list,
+    positive_int,
+    run_reporting_errors,
+)
 from elmokit.cli.eval_glue import register_glue, register_squad
 from elmokit.errors import InputNotFound, UserError
 
@@ -81,7 +88,7 @@ def _register_similarity(sub) -> None:
                    help="tables: count only words with their own row as covered (no fastText n-gram vectors)")
     p.add_argument("--data-dir", default=None, help="the wordsim folder (default: $ELMOKIT_SHARED/data/wordsim or ../shared)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval similarity", run_similarity, args))
+    p.set_defaults(func=lambda args: run_reporting_errors("eval similarity", run_similarity, args))
 
 
 def _load(args) -> list:
@@ -162,7 +169,7 @@ def _register_tagging(sub, task: str) -> None:
 
         add_recipe_arguments(p)
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting(f"eval {task}", run_tagging, args), task=task)
+    p.set_defaults(func=lambda args: run_reporting_errors(f"eval {task}", run_tagging, args), task=task)
 
 
 def run_tagging(args: argparse.Namespace) -> int:
@@ -253,13 +260,7 @@ def _register_probe(sub) -> None:
     p.add_argument("--layers", type=number_list(non_negative_int), default=None, help="comma-separated layers (default: all)")
     p.add_argument("--max-iter", type=positive_int, default=200, help="L-BFGS iterations per fit")
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval probe", run_probe, args))
-
-
-def _run_reporting(command, func, args) -> int:
-    from elmokit.cli.common import run_reporting_errors
-
-    return run_reporting_errors(command, func, args)
+    p.set_defaults(func=lambda args: run_reporting_errors("eval probe", run_probe, args))
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -290,7 +291,7 @@ def _register_wsd(sub) -> None:
                    help="WordNet 3.0 index.sense, its folder, or wordnet-3.0.tar.xz (default: $ELMOKIT_SHARED/data/wordnet3.0)")
     p.add_argument("--max-semcor-sentences", type=positive_int, default=None, help="use only the first N SemCor sentences")
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval wsd", run_wsd, args))
+    p.set_defaults(func=lambda args: run_reporting_errors("eval wsd", run_wsd, args))
 
 
 def run_wsd(args: argparse.Namespace) -> int:
@@ -336,7 +337,7 @@ def _register_sst(sub) -> None:
     p.add_argument("--cache-dir", default=None, help="keep the feature caches here (default: a temporary folder)")
     add_classifier_training_arguments(p)
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval sst", run_sst, args))
+    p.set_defaults(func=lambda args: run_reporting_errors("eval sst", run_sst, args))
 
 
 def run_sst(args: argparse.Namespace) -> int:

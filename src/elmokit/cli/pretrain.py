@@ -18,8 +18,8 @@ import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_int, positive_float, positive_int
-from elmokit.cli.training_common import SettingError, add_config_flags, interrupted, run_training_command
+from elmokit.cli.common import non_negative_int, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.training_common import SettingError, add_config_flags, interrupted
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
 # shows PretrainConfig's default.
@@ -83,7 +83,7 @@ def register(subparsers) -> None:
     add_config_flags(parser, PRETRAIN_FLAGS, PretrainConfig)
     parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_training_command("pretrain", run, args))
+    parser.set_defaults(func=lambda args: run_reporting_errors("pretrain", run, args))
 
 
 def resolve(args: argparse.Namespace):

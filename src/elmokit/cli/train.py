@@ -16,13 +16,12 @@ import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int
+from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, run_reporting_errors
 from elmokit.cli.training_common import (
     SettingError,
     add_config_flags,
     add_tokenizer_arguments,
     interrupted,
-    run_training_command,
     tokenizer_changes_from_args,
 )
 
@@ -101,7 +100,7 @@ def register(subparsers) -> None:
     add_tokenizer_arguments(parser)
     parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_training_command("train", run, args))
+    parser.set_defaults(func=lambda args: run_reporting_errors("train", run, args))
 
 
 def parse_sets(items: list[str]) -> dict:

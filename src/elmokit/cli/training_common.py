@@ -62,14 +62,6 @@ def add_config_flags(parser: argparse.ArgumentParser, flags: dict, config_class:
                             help=f"{text} (default: {default})")
 
 
-def run_training_command(command: str, func, args: argparse.Namespace) -> int:
-    """``run_reporting_errors``: the training side's input errors (corpus, vocabulary, run folder, checkpoint,
-    bad settings) are ``UserError``s like every other, reported as one line naming the problem, exit code 2."""
-    from elmokit.cli.common import run_reporting_errors
-
-    return run_reporting_errors(command, func, args)
-
-
 def interrupted(command: str, out: str, stop: KeyboardInterrupt) -> int:
     """Ctrl-C, SIGTERM or SIGHUP during a training command: say which checkpoint the run folder keeps and how
     to go on; the exit code of the signal."""
