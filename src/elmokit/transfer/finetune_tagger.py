@@ -63,8 +63,10 @@ from elmokit.transfer.finetune import (
     HEAD_FILE,
     FineTuneOptions,
     adamw_with_warmup,
+    hidden_size,
     load_base,
     max_positions,
+    pad_ids,
     save_finetuned_folder,
 )
 
@@ -122,18 +124,12 @@ def encode_tagging_batch(tokenizer, sentences: Sequence[Sequence[str]], max_posi
             for k, position in enumerate(first_subtoken_positions(encoding)):
                 placed.append((b, start + k, len(rows), position))
             rows.append(list(encoding.input_ids))
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, row in enumerate(rows):
-        input_ids[r, : len(row)] = torch.tensor(row)
-        attention_mask[r, : len(row)] = 1
+    input_ids, attention_mask = pad_ids(rows, tokenizer)
     steps = max(len(s) for s in sentences)
     word_positions = torch.zeros((len(sentences), steps), dtype=torch.long)
     mask = torch.zeros((len(sentences), steps), dtype=torch.bool)
     for b, k, r, position in placed:
-        word_positions[b, k] = r * width + position
+        word_positions[b, k] = r * input_ids.shape[1] + position
         mask[b, k] = True
     return SubwordBatch(input_ids, attention_mask, word_positions, mask)
 
@@ -149,7 +145,7 @@ class FineTunedTaggerModel(nn.Module):
         if getattr(base, "pooler", None) is not None:  # BERT's [CLS] pooler feeds no tag: dropped, not trained
             base.pooler = None
         self.base = base
-        hidden = int(base.config.hidden_size if hasattr(base.config, "hidden_size") else base.config.n_embd)
+        hidden = hidden_size(base.config)
         self.dropout = nn.Dropout(dropout)
         self.label_scores = nn.Linear(hidden, len(labels))
         self.crf = None
