@@ -42,7 +42,7 @@ from elmokit.cli.common import (
     run_reporting_errors,
 )
 from elmokit.cli.eval_glue import register_glue, register_squad
-from elmokit.errors import InputNotFound, UserError
+from elmokit.errors import UserError
 
 
 def register(subparsers) -> None:
@@ -295,7 +295,7 @@ def _register_wsd(sub) -> None:
 
 
 def run_wsd(args: argparse.Namespace) -> int:
-    from elmokit.data_paths import shared_data
+    from elmokit.data_paths import need_file, shared_data
     from elmokit.evaluation.wsd import (
         evaluate_wsd,
         format_wsd_table,
@@ -310,8 +310,7 @@ def run_wsd(args: argparse.Namespace) -> int:
     wordnet = Path(args.wordnet) if args.wordnet else shared_data("wordnet3.0", "wordnet-3.0.tar.xz")
     test_dir = folder / "Evaluation_Datasets" / args.test
     for path in (folder / "semcor30.tsv", test_dir / f"{args.test}.data.xml", test_dir / f"{args.test}.gold.key.txt"):
-        if not path.is_file():
-            raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
+        need_file(path, "the wsd folder")
     first_senses = read_first_senses(wordnet)
     test = read_raganato_xml(test_dir / f"{args.test}.data.xml")
     gold = read_gold_keys(test_dir / f"{args.test}.gold.key.txt")
