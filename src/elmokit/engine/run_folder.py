@@ -115,6 +115,13 @@ def corpus_files_record(files: Iterable[str | os.PathLike]) -> list[dict]:
     return [{"path": os.fspath(f), "bytes": os.path.getsize(f), "sha256": file_sha256(Path(f))} for f in files]
 
 
+def corpus_problems(saved: dict, patterns: list[str], files: list[dict]) -> list[str]:
+    """What a resume over ``patterns`` (``files``: their ``corpus_files_record`` now) changes against the run's corpus record."""
+    if saved.get("patterns") != patterns:
+        return [f"corpus: saved {saved.get('patterns')}, requested {patterns}"]
+    return corpus_differences(saved.get("files", []), files)
+
+
 def corpus_differences(saved: list[dict], current: list[dict]) -> list[str]:
     """What differs between the saved and the current corpus files: the file set, then each file's content."""
     saved_paths, current_paths = [f["path"] for f in saved], [f["path"] for f in current]

@@ -61,8 +61,8 @@ from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
     RunFolder,
-    corpus_differences,
     corpus_files_record,
+    corpus_problems,
     last_logged_loss,
     model_card,
     resumable,
@@ -375,10 +375,7 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
                      for k, v in saved.get("losses", {}).items() if record["losses"].get(k) != v]
         if saved.get("teacher", {}).get("weights_sha256") != record["teacher"]["weights_sha256"]:
             problems.append(f"the teacher's weights differ from the ones the run read ({saved.get('teacher', {}).get('path')})")
-        if saved["corpus"]["patterns"] != corpus:
-            problems.append(f"corpus: saved {saved['corpus']['patterns']}, requested {corpus}")
-        else:
-            problems += corpus_differences(saved["corpus"]["files"], record["corpus"]["files"])
+        problems += corpus_problems(saved.get("corpus", {}), corpus, record["corpus"]["files"])
         folder.refuse_if(problems, DistillRunConfig)
         record = {**saved, "distill": config.to_dict()}  # the first record, the resumable fields as now requested
         folder.write_record(record)
