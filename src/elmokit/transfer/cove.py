@@ -49,6 +49,7 @@ from elmokit.configs import SavedConfig
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
+from elmokit.nn.lstm import reverse_padded
 from elmokit.representation import EmbedsFiles
 
 FORMAT_VERSION = 1
@@ -145,14 +146,6 @@ class CoveEncoder(nn.Module):
             h = torch.where(live, new_h, h)
             outputs[:, t] = torch.where(live, new_h, torch.zeros_like(new_h))
         return reverse_padded(outputs, lengths) if reverse else outputs
-
-
-def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row's first lengths[b] steps, padding left in place: x (B, S, ...) -> (B, S, ...)."""
-    steps = x.shape[1]
-    position = torch.arange(steps).unsqueeze(0)  # (1, S)
-    index = torch.where(position < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - position, position)  # (B, S)
-    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 # ---------------------------------------------------------------------------------------- decoder
