@@ -12,13 +12,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 
 ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
 
 @dataclass(frozen=True, kw_only=True)
-class BiLMConfig:
+class BiLMConfig(SavedConfig):
     """Architecture of a biLM. Saved as ``config.json`` (with ``format_version``).
 
     Field names follow the reference ``options.json`` (bilm-tf's) where one exists.
@@ -93,17 +93,10 @@ class BiLMConfig:
         """Size of every output layer: 2P."""
         return 2 * self.projection_dim
 
-    def replace(self, **changes: Any) -> BiLMConfig:
-        return dataclasses.replace(self, **changes)
-
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["filters"] = [list(f) for f in self.filters]
         return {"format_version": self.FORMAT_VERSION, **data}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BiLMConfig:
-        return config_from_dict(cls, data, "config")
 
 
 # Named architectures. `original` is elmo_2x4096_512_2048cnn_2xhighway; `allennlp_small` and

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -35,3 +35,21 @@ def config_from_dict(cls: type[ConfigT], data: dict[str, Any], what: str = "conf
         if field.name not in data:
             logger.info("%s field %r missing (format_version %s); using the default %r", what, field.name, version, field.default)
     return cls(**data)
+
+
+class SavedConfig:
+    """A frozen dataclass config saved as JSON: ``to_dict`` (``format_version`` first), ``from_dict`` (through
+    ``config_from_dict``, naming ``WHAT`` in its errors) and ``replace``."""
+
+    FORMAT_VERSION: ClassVar[int]
+    WHAT: ClassVar[str] = "config"
+
+    def replace(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        return config_from_dict(cls, data, cls.WHAT)

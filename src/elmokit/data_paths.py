@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from elmokit.errors import InputNotFound
+
 
 def shared_dir() -> Path:
     """``$ELMOKIT_SHARED``, else ``../shared`` beside the repository root."""
@@ -22,3 +24,10 @@ def shared_dir() -> Path:
 def shared_data(*parts: str) -> Path:
     """A path under the shared ``data/`` folder, e.g. ``shared_data("sst", "trees")``."""
     return shared_dir().joinpath("data", *parts)
+
+
+def need_file(path: Path, folder: str) -> Path:
+    """``path`` when it is a file, else a one-line error with the fix (``folder``: what ``--data-dir`` names)."""
+    if not path.is_file():
+        raise InputNotFound(f"{path}: no such file; fix: pass --data-dir ({folder}) or set ELMOKIT_SHARED")
+    return path

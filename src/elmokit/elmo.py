@@ -14,7 +14,6 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -132,9 +131,6 @@ class Elmo(nn.Module):
             "elmo_representations": [r.reshape(*leading, out_tokens, -1) for r in representations],
             "mask": mask.reshape(*leading, out_tokens),
         }
-
-
-OutputFormat = Literal["all", "top", "average"]
 
 
 class Embedder:
@@ -302,27 +298,9 @@ class Embedder:
     def embed_sentence(self, tokens: Sequence[str]) -> np.ndarray:
         return self.embed([tokens])[0]
 
-    def embed_file(
-        self,
-        input_file: str | os.PathLike,
-        output_file: str | os.PathLike,
-        *,
-        output_format: OutputFormat = "all",
-        use_sentence_keys: bool = False,
-        forget_sentences: bool = False,
-        allow_empty_lines: bool = False,
-        progress: bool | None = None,
-    ):
+    def embed_file(self, input_file: str | os.PathLike, output_file: str | os.PathLike, **options):
         """Embed a file of sentences (one per line, cut by ``tokenize``: whitespace-tokenised, or raw
         text for a model with a segmenter) into HDF5 in the layout of the old ``allennlp elmo`` command.
-        See ``elmokit.formats.embedding_hdf5.embed_file``."""
-        return embedding_hdf5.embed_file(
-            self,
-            input_file,
-            output_file,
-            output_format=output_format,
-            use_sentence_keys=use_sentence_keys,
-            forget_sentences=forget_sentences,
-            allow_empty_lines=allow_empty_lines,
-            progress=progress,
-        )
+        ``options`` (``output_format``, ``use_sentence_keys``, ``forget_sentences``, ``allow_empty_lines``,
+        ``progress``): see ``elmokit.formats.embedding_hdf5.embed_file``."""
+        return embedding_hdf5.embed_file(self, input_file, output_file, **options)

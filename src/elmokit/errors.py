@@ -4,8 +4,7 @@ The command line reports an ``UserError`` as one line (``elmokit <command>: <mes
 anything else that escapes a command is a bug and keeps its traceback. A message names the thing
 (file and line, field, folder), what is wrong with it, and the fix where there is one.
 
-It subclasses ``ValueError`` so that code written against the older, separate error classes (each of
-which was a ``ValueError``) keeps catching them.
+It subclasses ``ValueError``, so code catching ``ValueError`` catches it too.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -150,6 +151,38 @@ def _release(path: Path) -> None:
 
 
 @contextlib.contextmanager
+def _temporary(target: Path, *, directory: bool) -> Iterator[Path]:
+    """This process's temporary beside ``target``, for the body to fill and move into place. On any exception
+    (KeyboardInterrupt included) it is removed, leaving ``target`` as it was; a full disk becomes ``NoSpaceLeft``."""
+    tmp = None
+    try:
+        tmp = _claim(target, directory=directory)
+        yield tmp
+    except BaseException as error:
+        if tmp is not None:
+            if directory:
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(tmp)
+        if is_disk_full(error):
+            raise _disk_full(target) from error
+        raise
+    finally:
+        if tmp is not None:
+            _release(tmp)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB blocks (a file of any size)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
 def atomic_path(target: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path beside ``target``; on success rename it over ``target``.
 
@@ -158,25 +191,13 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
     ``target`` (their writer was killed) are removed first.
     """
     target = Path(target)
-    tmp = None
     # the umask, to give the result the permissions of a normal file (the temporary is private, 0600)
     umask = os.umask(0)
     os.umask(umask)
-    try:
-        tmp = _claim(target, directory=False)
+    with _temporary(target, directory=False) as tmp:
         yield str(tmp)
         os.chmod(tmp, 0o666 & ~umask)  # after the writer: it may have replaced the temporary file
         os.replace(tmp, target)
-    except BaseException as error:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(tmp)
-        if is_disk_full(error):
-            raise _disk_full(target) from error
-        raise
-    finally:
-        if tmp is not None:
-            _release(tmp)
 
 
 def _exchange(first: Path, second: Path) -> bool:
@@ -204,9 +225,7 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = None
-    try:
-        tmp = _claim(target, directory=True)
+    with _temporary(target, directory=True) as tmp:
         yield tmp
         _apply_umask(tmp)  # the temporary folder is private (0700), and some writers make their files 0600
         if target.exists() and _exchange(tmp, target):
@@ -219,15 +238,6 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp, target)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
-    except BaseException as error:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if is_disk_full(error):
-            raise _disk_full(target) from error
-        raise
-    finally:
-        if tmp is not None:
-            _release(tmp)
 
 
 def _disk_full(target: Path) -> NoSpaceLeft:

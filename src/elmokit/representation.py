@@ -151,8 +151,7 @@ class StaticTable:
 
     @classmethod
     def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
-        if options.get("stateful") or options.get("precision", "fp32") != "fp32":
-            raise RepresentationError(f"{spec['path']}: a static table has no stateful or bf16 mode")
+        _fp32_only(spec, options, "a static table")
         return resolve(cls.loader)(spec["path"])
 
 
@@ -172,8 +171,7 @@ class TransformerFolder:
 
     @classmethod
     def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
-        if options.get("stateful") or options.get("precision", "fp32") != "fp32":
-            raise RepresentationError(f"{spec['path']}: a transformer representation has no stateful or bf16 mode")
+        _fp32_only(spec, options, "a transformer representation")
         return resolve(cls.loader)(spec["path"], pooling=spec.get("pooling", "mean"), batch_size=int(spec.get("batch_size", 1)))
 
 
@@ -189,9 +187,13 @@ class CoveEncoderFolder:
 
     @classmethod
     def load(cls, spec: Mapping[str, Any], options: Mapping[str, Any]):
-        if options.get("stateful") or options.get("precision", "fp32") != "fp32":
-            raise RepresentationError(f"{spec['path']}: a CoVe representation has no stateful or bf16 mode")
+        _fp32_only(spec, options, "a CoVe representation")
         return resolve(cls.loader)(spec["path"], mode=spec.get("mode", "cove"), batch_size=options.get("batch_size", 64))
+
+
+def _fp32_only(spec: Mapping[str, Any], options: Mapping[str, Any], what: str) -> None:
+    if options.get("stateful") or options.get("precision", "fp32") != "fp32":
+        raise RepresentationError(f"{spec['path']}: {what} has no stateful or bf16 mode")
 
 
 def resolve(target: str):

@@ -10,12 +10,12 @@ from elmokit.evaluation.word_similarity import (
     evaluate_similarity,
     load_analogy,
     load_similarity,
-    rankdata,
     read_google,
     read_pairs,
     spearman,
 )
 from elmokit.static.vectors import StaticVectors
+from elmokit.tasks.metrics import average_ranks as rankdata
 
 
 def test_spearman_hand_computed_with_ties():

@@ -46,7 +46,7 @@ from elmokit.formats.embedding_hdf5 import (
     scan_input,
     select_output,
 )
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -94,14 +94,6 @@ class JobSettings:
             raise ValueError(f"file_format must be one of {tuple(FILE_FORMATS)}, got {self.file_format!r}")
         if self.use_sentence_keys and self.file_format != "hdf5":
             raise ValueError("use_sentence_keys applies to HDF5 shards (Parquet rows carry the line and the sentence)")
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def plan_shards(input_file: str | os.PathLike, shard_lines: int) -> list[Shard]:
@@ -158,7 +150,7 @@ def write_shard(embedder, input_file: str | os.PathLike, shard: Shard, outdir: s
         _write_hdf5(target, lines, sentences, arrays, settings)
     else:
         _write_parquet(target, lines, sentences, arrays, settings, embedder)
-    return {**asdict(shard), "file": target.name, "file_sha256": _sha256_file(target), "sentences": len(sentences),
+    return {**asdict(shard), "file": target.name, "file_sha256": file_sha256(target), "sentences": len(sentences),
             "tokens": int(sum(a.shape[1] for a in arrays)), "seconds": round(time.perf_counter() - started, 3)}
 
 
@@ -261,7 +253,7 @@ def verified_records(outdir: Path, previous: dict[str, Any] | None, plan: list[S
                                                                               "input_sha256")):
             continue
         path = outdir / shard.file_name(settings.file_format)
-        if path.is_file() and _sha256_file(path) == record["file_sha256"]:
+        if path.is_file() and file_sha256(path) == record["file_sha256"]:
             kept[shard.number] = {**record, "offset": shard.offset}
         elif path.exists():
             logger.warning("%s: does not match the index (damaged or replaced); redoing this shard", path)

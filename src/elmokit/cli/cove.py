@@ -16,8 +16,15 @@ import argparse
 import json
 import sys
 
-from elmokit.cli.common import add_threads_argument, apply_threads, non_negative_int, positive_float, positive_int, probability
-from elmokit.cli.training_common import run_training_command
+from elmokit.cli.common import (
+    add_threads_argument,
+    apply_threads,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+    run_reporting_errors,
+)
 from elmokit.errors import InputNotFound
 
 
@@ -110,7 +117,7 @@ def _register_bleu(sub) -> None:
 
 def _run(command, func, args) -> int:
     try:
-        return run_training_command(command, func, args)
+        return run_reporting_errors(command, func, args)
     except ValueError as error:  # parallel files, vectors or model folders that do not fit: the message names them
         print(f"elmokit {command}: error: {error}", file=sys.stderr)
         return 2

@@ -8,8 +8,8 @@ import dataclasses
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int
-from elmokit.cli.training_common import SettingError, run_training_command
+from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.training_common import SettingError, add_config_flags
 
 # flag -> DistillRunConfig field; flags default to None ("not given"), so --resume can tell
 RUN_FLAGS = {
@@ -30,7 +30,6 @@ RUN_FLAGS = {
 def register(subparsers) -> None:
     from elmokit.pretraining.distill import DistillRunConfig
 
-    defaults = {f.name: f.default for f in dataclasses.fields(DistillRunConfig)}
     parser = subparsers.add_parser(
         "distill",
         help="distil a BERT teacher folder into a half-depth DistilBERT student (resumable)",
@@ -45,8 +44,7 @@ def register(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
     parser.add_argument("--corpus", action="append", default=None,
                         help="text file, one segment a line; repeatable (default: the resumed run's)")
-    for name, (flags, kind, text) in RUN_FLAGS.items():
-        parser.add_argument(*flags, dest=name, type=kind, default=None, help=f"{text} (default: {defaults[name]})")
+    add_config_flags(parser, RUN_FLAGS, DistillRunConfig)
     parser.add_argument("--temperature", type=positive_float, default=2.0, help="softmax temperature T (default: 2.0)")
     parser.add_argument("--alpha-ce", type=non_negative_float, default=5.0, help="weight of the soft cross-entropy (default: 5)")
     parser.add_argument("--alpha-mlm", type=non_negative_float, default=2.0, help="weight of the MLM loss (default: 2)")
@@ -56,7 +54,7 @@ def register(subparsers) -> None:
     parser.add_argument("--tinybert-attention", type=non_negative_float, default=0.0,
                         help="weight of TinyBERT's attention MSE (default: 0 = off)")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
-    parser.set_defaults(func=lambda args: run_training_command("distill", run, args))
+    parser.set_defaults(func=lambda args: run_reporting_errors("distill", run, args))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,9 +33,16 @@ from elmokit.cli.arguments import (
     tagger_config_changes,
     tagger_train_options,
 )
-from elmokit.cli.common import add_threads_argument, non_negative_float, non_negative_int, number_list, positive_int
+from elmokit.cli.common import (
+    add_threads_argument,
+    non_negative_float,
+    non_negative_int,
+    number_list,
+    positive_int,
+    run_reporting_errors,
+)
 from elmokit.cli.eval_glue import register_glue, register_squad
-from elmokit.errors import InputNotFound, UserError
+from elmokit.errors import UserError
 
 
 def register(subparsers) -> None:
@@ -81,7 +88,7 @@ def _register_similarity(sub) -> None:
                    help="tables: count only words with their own row as covered (no fastText n-gram vectors)")
     p.add_argument("--data-dir", default=None, help="the wordsim folder (default: $ELMOKIT_SHARED/data/wordsim or ../shared)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval similarity", run_similarity, args))
+    p.set_defaults(func=lambda args: run_reporting_errors("eval similarity", run_similarity, args))
 
 
 def _load(args) -> list:
@@ -103,7 +110,6 @@ def _clean(value):
 
 def run_similarity(args: argparse.Namespace) -> int:
     from elmokit.evaluation.word_similarity import evaluate, format_table
-    from elmokit.io import atomic_path
 
     if not args.vectors and not args.model:
         raise UserError("give --vectors DIR|FILE or --model MODEL")
@@ -129,11 +135,7 @@ def run_similarity(args: argparse.Namespace) -> int:
                                 in_vocab_only=args.in_vocab_only))
     print(format_table(results))
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = results[0] if len(results) == 1 else {"results": results}
-        with atomic_path(out) as tmp:
-            Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        _write_json(args.out, results[0] if len(results) == 1 else {"results": results})
     return 0
 
 
@@ -167,13 +169,12 @@ def _register_tagging(sub, task: str) -> None:
 
         add_recipe_arguments(p)
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting(f"eval {task}", run_tagging, args), task=task)
+    p.set_defaults(func=lambda args: run_reporting_errors(f"eval {task}", run_tagging, args), task=task)
 
 
 def run_tagging(args: argparse.Namespace) -> int:
     from elmokit.cli.common import apply_threads, load_representation
     from elmokit.evaluation.tagging import format_table, run_benchmark
-    from elmokit.io import atomic_path
 
     apply_threads(args)
     _check_out(args)
@@ -195,12 +196,7 @@ def run_tagging(args: argparse.Namespace) -> int:
     print(f"{metric}, in %; best epoch by dev score")
     print(format_table(results))
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"benchmark": args.task, "metric": metric, "command": ["elmokit"] + list(getattr(args, "argv", [])),
-                   "results": results}
-        with atomic_path(out) as tmp:
-            Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        _write_json(args.out, {"benchmark": args.task, "metric": metric, "command": _command(args), "results": results})
     return 0
 
 
@@ -236,6 +232,19 @@ def _write_json(path, payload) -> None:
         Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _command(args) -> list[str]:
+    return ["elmokit"] + list(getattr(args, "argv", []))
+
+
+def _report(args, result: dict, table: str) -> int:
+    """Print a probe's table; write its result, with the command that made it, to ``--out`` when given."""
+    result["command"] = _command(args)
+    print(table)
+    if args.out:
+        _write_json(args.out, result)
+    return 0
+
+
 def _register_probe(sub) -> None:
     p = sub.add_parser(
         "probe", help="linear POS probe on each layer (UD English-EWT; the paper's Table 6)",
@@ -251,13 +260,7 @@ def _register_probe(sub) -> None:
     p.add_argument("--layers", type=number_list(non_negative_int), default=None, help="comma-separated layers (default: all)")
     p.add_argument("--max-iter", type=positive_int, default=200, help="L-BFGS iterations per fit")
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval probe", run_probe, args))
-
-
-def _run_reporting(command, func, args) -> int:
-    from elmokit.cli.common import run_reporting_errors
-
-    return run_reporting_errors(command, func, args)
+    p.set_defaults(func=lambda args: run_reporting_errors("eval probe", run_probe, args))
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -270,11 +273,7 @@ def run_probe(args: argparse.Namespace) -> int:
     rep = _representation(args)
     result = probe_layers(rep, splits["train"], splits["dev"], splits["test"], weight_decays=args.weight_decays,
                           layers=args.layers, max_iter=args.max_iter, log=logging.getLogger("elmokit.probe").info)
-    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
-    print(format_probe_table(result))
-    if args.out:
-        _write_json(args.out, result)
-    return 0
+    return _report(args, result, format_probe_table(result))
 
 
 # ---------------------------------------------------------------------- word sense disambiguation
@@ -292,11 +291,11 @@ def _register_wsd(sub) -> None:
                    help="WordNet 3.0 index.sense, its folder, or wordnet-3.0.tar.xz (default: $ELMOKIT_SHARED/data/wordnet3.0)")
     p.add_argument("--max-semcor-sentences", type=positive_int, default=None, help="use only the first N SemCor sentences")
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval wsd", run_wsd, args))
+    p.set_defaults(func=lambda args: run_reporting_errors("eval wsd", run_wsd, args))
 
 
 def run_wsd(args: argparse.Namespace) -> int:
-    from elmokit.data_paths import shared_data
+    from elmokit.data_paths import need_file, shared_data
     from elmokit.evaluation.wsd import (
         evaluate_wsd,
         format_wsd_table,
@@ -311,8 +310,7 @@ def run_wsd(args: argparse.Namespace) -> int:
     wordnet = Path(args.wordnet) if args.wordnet else shared_data("wordnet3.0", "wordnet-3.0.tar.xz")
     test_dir = folder / "Evaluation_Datasets" / args.test
     for path in (folder / "semcor30.tsv", test_dir / f"{args.test}.data.xml", test_dir / f"{args.test}.gold.key.txt"):
-        if not path.is_file():
-            raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the wsd folder) or set ELMOKIT_SHARED")
+        need_file(path, "the wsd folder")
     first_senses = read_first_senses(wordnet)
     test = read_raganato_xml(test_dir / f"{args.test}.data.xml")
     gold = read_gold_keys(test_dir / f"{args.test}.gold.key.txt")
@@ -320,11 +318,7 @@ def run_wsd(args: argparse.Namespace) -> int:
     rep = _representation(args)
     result = evaluate_wsd(rep, semcor, test, gold, first_senses)
     result["test_set"] = args.test
-    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
-    print(format_wsd_table(result, args.test))
-    if args.out:
-        _write_json(args.out, result)
-    return 0
+    return _report(args, result, format_wsd_table(result, args.test))
 
 
 # ---------------------------------------------------------------------- SST
@@ -342,7 +336,7 @@ def _register_sst(sub) -> None:
     p.add_argument("--cache-dir", default=None, help="keep the feature caches here (default: a temporary folder)")
     add_classifier_training_arguments(p)
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: _run_reporting("eval sst", run_sst, args))
+    p.set_defaults(func=lambda args: run_reporting_errors("eval sst", run_sst, args))
 
 
 def run_sst(args: argparse.Namespace) -> int:
@@ -360,8 +354,4 @@ def run_sst(args: argparse.Namespace) -> int:
     result = evaluate_sst(rep, data_dir=args.data_dir, tasks=tasks, variants=variants, cache_dir=args.cache_dir,
                           max_train=args.max_train, log=logging.getLogger("elmokit.sst").info,
                           **classifier_training_options(args))
-    result["command"] = ["elmokit"] + list(getattr(args, "argv", []))
-    print(format_sst_table(result))
-    if args.out:
-        _write_json(args.out, result)
-    return 0
+    return _report(args, result, format_sst_table(result))

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import re
-import sys
 import tempfile
 from pathlib import Path
 
@@ -94,7 +93,7 @@ def register_glue(sub) -> None:
                    "(default: %(default)s)")
     p.add_argument("--aux-lm", action="store_true", help="finetune, GPT-type models: add GPT's auxiliary LM loss "
                    "(eq. 5, lambda 0.5)")
-    p.set_defaults(func=lambda args: _run("eval glue", run_glue, args))
+    p.set_defaults(func=lambda args: run_reporting_errors("eval glue", run_glue, args))
 
 
 def register_squad(sub) -> None:
@@ -112,15 +111,7 @@ def register_squad(sub) -> None:
                 out_name="squad")
     p.add_argument("--max-answer-words", type=positive_int, default=None,
                    help="longest answer considered, in words (default: feature 15 as DrQA, finetune 30 as BERT)")
-    p.set_defaults(func=lambda args: _run("eval squad", run_squad, args))
-
-
-def _run(command: str, func, args: argparse.Namespace) -> int:
-    try:
-        return run_reporting_errors(command, func, args)
-    except UserError as error:
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
-        return 2
+    p.set_defaults(func=lambda args: run_reporting_errors("eval squad", run_squad, args))
 
 
 def _settings(args) -> tuple[int, int | None, float]:

@@ -13,14 +13,13 @@ The library does the work (``elmokit.pretraining.run.pretrain``); this module ma
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_int, positive_float, positive_int
-from elmokit.cli.training_common import SettingError, interrupted, run_training_command
+from elmokit.cli.common import non_negative_int, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.training_common import SettingError, add_config_flags, interrupted
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
 # shows PretrainConfig's default.
@@ -73,15 +72,9 @@ PRETRAIN_FLAGS = {
 }
 
 
-def _default_text(field_name: str) -> str:
-    from elmokit.pretraining.run import PretrainConfig
-
-    default = {f.name: f.default for f in dataclasses.fields(PretrainConfig)}[field_name]
-    return "none" if default is None else str(default)
-
-
 def register(subparsers) -> None:
     from elmokit.pretraining.registry import OBJECTIVES
+    from elmokit.pretraining.run import PretrainConfig
 
     parser = subparsers.add_parser(
         "pretrain",
@@ -100,11 +93,10 @@ def register(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
     parser.add_argument("--sbo", action="store_true", default=None,
                         help="spanbert: add the span boundary objective (default: off)")
-    for field_name, (flag, kind, text) in PRETRAIN_FLAGS.items():
-        parser.add_argument(flag, dest=field_name, type=kind, default=None, help=f"{text} (default: {_default_text(field_name)})")
+    add_config_flags(parser, PRETRAIN_FLAGS, PretrainConfig)
     parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_training_command("pretrain", run, args))
+    parser.set_defaults(func=lambda args: run_reporting_errors("pretrain", run, args))
 
 
 def resolve(args: argparse.Namespace):

@@ -11,18 +11,17 @@ maps flags onto it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int
+from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, run_reporting_errors
 from elmokit.cli.training_common import (
     SettingError,
+    add_config_flags,
     add_tokenizer_arguments,
     interrupted,
-    run_training_command,
     tokenizer_changes_from_args,
 )
 
@@ -62,14 +61,9 @@ TRAINING_FLAGS = {
 }
 
 
-def _default_text(field_name: str) -> str:
+def register(subparsers) -> None:
     from elmokit.training.config import TrainingConfig
 
-    default = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}[field_name]
-    return "none" if default is None else str(default)
-
-
-def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "train",
         help="train a biLM language model on a corpus (resumable, torchrun for data parallelism)",
@@ -97,8 +91,7 @@ def register(subparsers) -> None:
                         help="start from the weights of a model folder written by `elmokit train` (or 'default'), "
                         "like bilm-tf's restart.py; its architecture, vocabulary and tokenizer are taken unless "
                         "given, and the optimizer starts fresh (default: random weights)")
-    for field_name, (flag, kind, text) in TRAINING_FLAGS.items():
-        parser.add_argument(flag, dest=field_name, type=kind, default=None, help=f"{text} (default: {_default_text(field_name)})")
+    add_config_flags(parser, TRAINING_FLAGS, TrainingConfig)
     parser.add_argument("--valid", dest="valid_corpus", action="append", default=None,
                         help="held-out file or glob: full-softmax perplexity logged to metrics.jsonl every --valid-every steps "
                         "(default: none)")
@@ -107,7 +100,7 @@ def register(subparsers) -> None:
     add_tokenizer_arguments(parser)
     parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_training_command("train", run, args))
+    parser.set_defaults(func=lambda args: run_reporting_errors("train", run, args))
 
 
 def parse_sets(items: list[str]) -> dict:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from elmokit.errors import UserError
 
@@ -51,12 +52,14 @@ def tokenizer_from_args(args: argparse.Namespace, fallback: dict | None = None):
         raise SettingError(str(error)) from None
 
 
-def run_training_command(command: str, func, args: argparse.Namespace) -> int:
-    """``run_reporting_errors``: the training side's input errors (corpus, vocabulary, run folder, checkpoint,
-    bad settings) are ``UserError``s like every other, reported as one line naming the problem, exit code 2."""
-    from elmokit.cli.common import run_reporting_errors
-
-    return run_reporting_errors(command, func, args)
+def add_config_flags(parser: argparse.ArgumentParser, flags: dict, config_class: type) -> None:
+    """One flag per config field, ``field -> (flag or flags, type, help)``. Each defaults to None ("not given", so
+    a resume keeps the run's value); its help ends with the config's default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config_class)}
+    for name, (flag, kind, text) in flags.items():
+        default = "none" if defaults[name] is None else defaults[name]
+        parser.add_argument(*((flag,) if isinstance(flag, str) else flag), dest=name, type=kind, default=None,
+                            help=f"{text} (default: {default})")
 
 
 def interrupted(command: str, out: str, stop: KeyboardInterrupt) -> int:

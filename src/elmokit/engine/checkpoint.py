@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from elmokit.engine.run_folder import checkpoint_dir, file_sha256, latest_checkpoint, list_checkpoints
+from elmokit.engine.run_folder import checkpoint_dir, latest_checkpoint, list_checkpoints
 from elmokit.errors import UserError
-from elmokit.io import atomic_directory
+from elmokit.io import atomic_directory, file_sha256
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from elmokit.errors import UserError
-from elmokit.io import TEMP_MARK, atomic_path
+from elmokit.io import TEMP_MARK, atomic_path, file_sha256
 from elmokit.text.corpus import Position
 
 logger = logging.getLogger(__name__)
@@ -85,15 +84,6 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, read in 1 MiB blocks (a corpus of any size)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # ---- where a data stream stands (saved in each checkpoint) ------------------------------------------
 
 
@@ -123,6 +113,13 @@ def resume_differences(saved: Any, requested: Any, prefix: str = "") -> list[str
 def corpus_files_record(files: Iterable[str | os.PathLike]) -> list[dict]:
     """``[{"path", "bytes", "sha256"}]`` of the corpus files (sha256 streamed over each file's bytes)."""
     return [{"path": os.fspath(f), "bytes": os.path.getsize(f), "sha256": file_sha256(Path(f))} for f in files]
+
+
+def corpus_problems(saved: dict, patterns: list[str], files: list[dict]) -> list[str]:
+    """What a resume over ``patterns`` (``files``: their ``corpus_files_record`` now) changes against the run's corpus record."""
+    if saved.get("patterns") != patterns:
+        return [f"corpus: saved {saved.get('patterns')}, requested {patterns}"]
+    return corpus_differences(saved.get("files", []), files)
 
 
 def corpus_differences(saved: list[dict], current: list[dict]) -> list[str]:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmokit.data_paths import shared_data
+from elmokit.data_paths import need_file, shared_data
 from elmokit.evaluation.sst import read_sst, sst_task
 from elmokit.features import feature_source
 from elmokit.tasks import metrics as M
@@ -102,10 +102,7 @@ def _folder(data_dir, *parts) -> Path:
 
 
 def _need(path: Path) -> Path:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file; fix: pass --data-dir (the folder holding glue/, sick/ and sst/) "
-                                "or set ELMOKIT_SHARED")
-    return path
+    return need_file(path, "the folder holding glue/, sick/ and sst/")
 
 
 def _sst2(folder: Path, split: str) -> PairData:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from elmokit.data_paths import shared_data
-from elmokit.errors import InputNotFound, UserError
+from elmokit.data_paths import need_file, shared_data
+from elmokit.errors import UserError
 from elmokit.features import stack_token_features
 from elmokit.tasks.data import read_conllu
 
@@ -37,11 +37,8 @@ def ud_ewt_splits(data_dir: str | os.PathLike | None = None, *, max_sentences: i
     folder = Path(data_dir) if data_dir is not None else shared_data("ud_english_ewt")
     splits = {}
     for split in ("train", "dev", "test"):
-        path = folder / f"en_ewt-ud-{split}.conllu"
-        if not path.is_file():
-            raise InputNotFound(f"{path}: no such file; fix: pass --data-dir (the UD_English-EWT folder) "
-                                f"or set ELMOKIT_SHARED")
-        corpus = read_conllu(path)  # UPOS; multiword ranges and empty nodes skipped
+        # UPOS; multiword ranges and empty nodes skipped
+        corpus = read_conllu(need_file(folder / f"en_ewt-ud-{split}.conllu", "the UD_English-EWT folder"))
         sentences, tags = corpus.sentences, corpus.labels
         if max_sentences is not None:
             sentences, tags = sentences[:max_sentences], tags[:max_sentences]

@@ -19,8 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from elmokit.data_paths import shared_data
-from elmokit.errors import InputNotFound
+from elmokit.data_paths import need_file, shared_data
 from elmokit.features import FeatureCache, FeatureSubset
 from elmokit.tasks.classifier import train_classifier
 from elmokit.tasks.data import DataFileError, read_lines
@@ -112,9 +111,7 @@ def sst_task(sentences: list[list[str]], labels: list[int], *, binary: bool) -> 
 def sst_dir(data_dir: str | os.PathLike | None = None) -> Path:
     folder = Path(data_dir) if data_dir is not None else shared_data("sst", "trees")
     for split in ("train", "dev", "test"):
-        if not (folder / f"{split}.txt").is_file():
-            raise InputNotFound(f"{folder / (split + '.txt')}: no such file; fix: pass --data-dir (the SST trees "
-                                f"folder) or set ELMOKIT_SHARED")
+        need_file(folder / f"{split}.txt", "the SST trees folder")
     return folder
 
 

@@ -43,10 +43,6 @@ from elmokit.transfer.finetune_tagger import TAGGING_DEFAULTS, finetune_tagger
 logger = logging.getLogger(__name__)
 
 
-def _pd_pos(path: Path, split: str) -> TaggedCorpus:
-    return read_peoples_daily(path, split)
-
-
 def _pd_cws(path: Path, split: str) -> TaggedCorpus:
     """People's Daily train/dev paragraphs as B/M/E/S characters; the test split is SIGHAN's PKU gold."""
     return read_segmented(path) if split == "test" else read_peoples_daily_cws(path, split)
@@ -83,7 +79,7 @@ DATASETS = {
                               "zh/peoples_daily_199801/199801.txt", "zh_sighan2005/pku_test_gold.utf8", reader=_pd_cws,
                               units="chars", dictionary="zh_sighan2005/pku_training_words.utf8"),
     "pd_pos": TaggingDataset("pd_pos", "pos", "zh/peoples_daily_199801", "199801.txt", "199801.txt", "199801.txt",
-                             reader=_pd_pos),
+                             reader=read_peoples_daily),
 }
 POS_DATASETS = ["ewt"]
 NER_DATASETS = ["wikiann", "wnut17", "conll2003"]

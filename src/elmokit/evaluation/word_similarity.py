@@ -34,6 +34,7 @@ import numpy as np
 from elmokit.data_paths import shared_data
 from elmokit.errors import UserError
 from elmokit.nn.functional import invariant_scores
+from elmokit.tasks.metrics import average_ranks
 
 # name -> (path under data/wordsim, human name)
 SIMILARITY_DATASETS: dict[str, tuple[str, str]] = {
@@ -144,29 +145,13 @@ def load_analogy(name: str, data_dir=None) -> list[Question]:
 
 
 # ---------------------------------------------------------------------- statistics
-def rankdata(values: Sequence[float]) -> np.ndarray:
-    """1-based ranks, ties given their average rank."""
-    values = np.asarray(values, dtype=np.float64)
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), dtype=np.float64)
-    sorted_vals = values[order]
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and sorted_vals[j + 1] == sorted_vals[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    return ranks
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rho: Pearson correlation of the (tie-averaged) ranks; nan for < 2 points."""
     if len(x) != len(y):
         raise ValueError(f"spearman needs equal lengths, got {len(x)} and {len(y)}")
     if len(x) < 2:
         return float("nan")
-    rx, ry = rankdata(x), rankdata(y)
+    rx, ry = average_ranks(x), average_ranks(y)
     rx -= rx.mean()
     ry -= ry.mean()
     denom = np.sqrt((rx * rx).sum() * (ry * ry).sum())

@@ -34,9 +34,6 @@ import numpy as np
 from elmokit.errors import InputNotFound, UserError
 from elmokit.features import embed_in_chunks
 
-# Table 5 of Peters et al. (2018): all-words fine-grained WSD F1 on Raganato's ALL set.
-PAPER_TABLE5_WSD = {"WordNet 1st sense baseline": 65.9, "biLM first layer": 67.4, "biLM second layer": 69.0}
-
 # WordNet sense key ss_type -> the framework's POS (5 = adjective satellite).
 SS_TYPE_POS = {"1": "NOUN", "2": "VERB", "3": "ADJ", "4": "ADV", "5": "ADJ"}
 

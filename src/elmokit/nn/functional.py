@@ -142,7 +142,8 @@ class _Sigmoid(torch.autograd.Function):
 _PACKED: dict[int, tuple] = {}
 
 
-def _packing_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def can_prepare(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Prepared weights serve CPU float32 inference; autograd and other devices use plain products."""
     return (
         x.device.type == "cpu"
         and x.dtype == torch.float32
@@ -251,11 +252,6 @@ def _row_blocks(flat: torch.Tensor, size: int) -> list[torch.Tensor]:
     return blocks
 
 
-def can_prepare(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Prepared weights serve CPU float32 inference; autograd and other devices use plain products."""
-    return _packing_available(x, weight)
-
-
 def packed_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, precision: str = "fp32"
 ) -> torch.Tensor:
@@ -269,7 +265,7 @@ def packed_linear(
     kernels (``bf16_backend``). Falls back to ``invariant_linear`` where
     preparing does not apply (autograd, GPU, not float32).
     """
-    if not _packing_available(x, weight):
+    if not can_prepare(x, weight):
         return invariant_linear(x, weight, bias)
     key = (_version(weight), weight.data_ptr(), None if bias is None else (_version(bias), bias.data_ptr()))
     cache_id = (id(weight), precision if precision == "fp32" else bf16_backend())

@@ -48,21 +48,21 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_weights, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
     MetricsLog,
     RunFolder,
-    corpus_differences,
     corpus_files_record,
+    corpus_problems,
     last_logged_loss,
     model_card,
     resumable,
@@ -273,10 +273,11 @@ class DistillError(UserError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DistillRunConfig:
+class DistillRunConfig(SavedConfig):
     """How to train the student. Saved in ``training.json``; ``resumable()`` fields may change on resume."""
 
     FORMAT_VERSION: ClassVar[int] = 1
+    WHAT = "distillation config"
 
     batch_size: int = 32
     max_tokens: int = 128  # the longest segment in pieces (and at most the teacher's positions)
@@ -297,13 +298,6 @@ class DistillRunConfig:
             raise ValueError("seed and skip_nonfinite_steps must be at least 0")
         if not (self.lr > 0 and self.clip_norm > 0):
             raise ValueError("lr and clip_norm must be > 0")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DistillRunConfig:
-        return config_from_dict(cls, data, "distillation config")
 
 
 def check_teacher(teacher_dir: str | os.PathLike) -> Path:
@@ -381,10 +375,7 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
                      for k, v in saved.get("losses", {}).items() if record["losses"].get(k) != v]
         if saved.get("teacher", {}).get("weights_sha256") != record["teacher"]["weights_sha256"]:
             problems.append(f"the teacher's weights differ from the ones the run read ({saved.get('teacher', {}).get('path')})")
-        if saved["corpus"]["patterns"] != corpus:
-            problems.append(f"corpus: saved {saved['corpus']['patterns']}, requested {corpus}")
-        else:
-            problems += corpus_differences(saved["corpus"]["files"], record["corpus"]["files"])
+        problems += corpus_problems(saved.get("corpus", {}), corpus, record["corpus"]["files"])
         folder.refuse_if(problems, DistillRunConfig)
         record = {**saved, "distill": config.to_dict()}  # the first record, the resumable fields as now requested
         folder.write_record(record)

@@ -28,8 +28,7 @@ The schemes, each with the paper's numbers and the reference code's choices (dev
   BERT-wwm): the same budget in tokens; words are visited in a random order and a word is taken
   whole if it still fits the budget (the reference's rule: a word that would overshoot is skipped),
   until the budget is met. The 80/10/10 choice is made once per word, so a word is all [MASK], all
-  random or all kept. (The reference's whole-word mode still decides per token; the issue asks for
-  the word level, as Cui et al. describe it.)
+  random or all kept (at the word level, as Cui et al. describe it; the reference decides per token).
 - ``mask_spans`` — SpanBERT (Joshi et al. 2020, §3.1): span lengths in words drawn from Geometric(p=0.2)
   restricted to 1..10 — the reference (``facebookresearch/SpanBERT``, ``masking.py``) renormalises the
   geometric probabilities over 1..10, which gives the paper's mean of 3.8 words (clipping, i.e. moving

@@ -21,7 +21,7 @@ config:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -90,18 +90,6 @@ def _distilbert_config(p: ModelPreset, vocab_size: int, ids: dict):
                             pad_token_id=ids.get("pad_id", 0))
 
 
-def _xlnet_config(p: ModelPreset, vocab_size: int, ids: dict):
-    return xlnet_config(p, vocab_size, ids)
-
-
-def _unilm_config(p: ModelPreset, vocab_size: int, ids: dict):
-    return unilm_config(p, vocab_size, ids)
-
-
-def _mass_config(p: ModelPreset, vocab_size: int, ids: dict):
-    return mass_config(p, vocab_size, ids)
-
-
 def _class(name: str):
     import transformers
 
@@ -116,9 +104,9 @@ FAMILIES: dict[str, tuple[str, Callable]] = {
     "gpt": ("OpenAIGPTLMHeadModel", _gpt_config),
     "gpt2": ("GPT2LMHeadModel", _gpt2_config),
     "distilbert": ("DistilBertForMaskedLM", _distilbert_config),
-    "xlnet": ("XLNetLMHeadModel", _xlnet_config),  # permutation.py
-    "unilm": ("BertForMaskedLM", _unilm_config),  # unilm.py: six token types
-    "mass": ("BartForConditionalGeneration", _mass_config),  # seq2seq.py
+    "xlnet": ("XLNetLMHeadModel", xlnet_config),  # permutation.py
+    "unilm": ("BertForMaskedLM", unilm_config),  # unilm.py: six token types
+    "mass": ("BartForConditionalGeneration", mass_config),  # seq2seq.py
 }
 
 
@@ -165,6 +153,3 @@ def non_embedding_parameters(model) -> int:
     embeddings = {id(p) for m in model.modules() if "Embedding" in type(m).__name__ for p in m.parameters()}
     return sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
 
-
-def preset_table() -> list[dict]:
-    return [{"name": name, **asdict(p)} for name, p in PRESETS.items()]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -253,8 +253,3 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
         return 0.0
     return float(np.dot(a, b) / (na * nb))
 
-
-def from_pairs(pairs: Iterable[tuple[str, np.ndarray]], **kwargs) -> StaticVectors:
-    """Build a table from (word, vector) pairs."""
-    words, rows = zip(*pairs)
-    return StaticVectors(list(words), np.stack(rows), **kwargs)

@@ -192,3 +192,18 @@ class ConditionalRandomField(nn.Module):
         path = torch.stack(path[::-1], dim=1)  # (B, T)
         lengths = mask.sum(1).tolist()
         return [path[b, : lengths[b]].tolist() for b in range(batch)]
+
+
+def tag_loss(crf: ConditionalRandomField | None, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over sentences of -log p(tags) under ``crf``, or without one the mean token cross-entropy (softmax)."""
+    if crf is not None:
+        return crf(emissions, tags, mask).mean()
+    return nn.functional.cross_entropy(emissions[mask], tags[mask])
+
+
+def decode_tags(crf: ConditionalRandomField | None, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Each sentence's best tag ids: Viterbi under ``crf``, or without one the argmax per token."""
+    if crf is not None:
+        return crf.viterbi_decode(emissions, mask)
+    best = emissions.argmax(-1)
+    return [best[b, : int(n)].tolist() for b, n in enumerate(mask.sum(1))]

@@ -51,7 +51,6 @@ import functools
 import importlib
 import unicodedata
 from collections.abc import Callable
-from importlib import metadata
 
 from elmokit.errors import UserError
 
@@ -195,12 +194,3 @@ def segment(kind: str, line: str) -> list[str]:
     return [piece for token in tokens for piece in token.split()]
 
 
-def segmenter_version(kind: str) -> str | None:
-    """The package version behind a segmenter (``"jieba 0.42.1"``), for model cards; None for ``chars``."""
-    if kind not in _PACKAGES:
-        return None
-
-    try:
-        return f"{_PACKAGES[kind][0]} {metadata.version(_PACKAGES[kind][0])}"
-    except metadata.PackageNotFoundError:
-        return None

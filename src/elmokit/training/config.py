@@ -24,9 +24,9 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 from elmokit.engine.run_folder import resumable
 from elmokit.training.data import make_tokenizer  # the recorded form, complete (e.g. the regex itself)
 
@@ -38,7 +38,7 @@ SCHEDULE_FIELDS = ("lr_decay", "lr_decay_min_gain")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingConfig:
+class TrainingConfig(SavedConfig):
     """How to train. Saved as ``training.json`` in the run folder (with ``format_version``).
 
     Batches are global: under data parallelism they are split over the ranks. Fields declared
@@ -49,6 +49,7 @@ class TrainingConfig:
     # 2: added optimizer, lr_decay, lr_decay_min_gain (missing in version-1 files: Adagrad, no decay).
     # 3: added window (missing in older files: 0, whole sentences from a zero state).
     FORMAT_VERSION: ClassVar[int] = 3
+    WHAT = "training config"
 
     # data
     batch_size: int = 64  # sentences per global batch (unless batch_tokens is set)
@@ -133,13 +134,3 @@ class TrainingConfig:
         if self.softmax == "auto":
             return vocab_size > 2 * self.n_negative_samples
         return self.softmax == "sampled"
-
-    def replace(self, **changes: Any) -> TrainingConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainingConfig:
-        return config_from_dict(cls, data, "training config")

@@ -38,8 +38,8 @@ from elmokit.engine.run_folder import (
     MetricsLog,
     RunError,
     RunFolder,
-    corpus_differences,
     corpus_files_record,
+    corpus_problems,
     last_logged_loss,
     model_card,
     read_metrics,
@@ -255,10 +255,7 @@ class _Run:
             saved_model, saved_training, saved_record = saved_configs(folder)
             problems = resume_differences(saved_model, self.model_config, "model.")
             problems += resume_differences(saved_training, training, "training.")
-            if saved_record.get("corpus", {}).get("patterns") != corpus:
-                problems.append(f"corpus: saved {saved_record.get('corpus', {}).get('patterns')}, requested {corpus}")
-            else:
-                problems += corpus_differences(saved_record["corpus"].get("files", []), described["files"])
+            problems += corpus_problems(saved_record.get("corpus", {}), corpus, described["files"])
             if saved_record.get("vocabulary", {}).get("sha256") != vocab_sha:
                 problems.append("the vocabulary file's content differs from the run's vocab.txt")
             folder.refuse_if(problems, TrainingConfig)

@@ -45,10 +45,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
+from elmokit.nn.lstm import reverse_padded
 from elmokit.representation import EmbedsFiles
 
 FORMAT_VERSION = 1
@@ -60,7 +61,7 @@ SOURCE_WORDS_NAME, TARGET_VOCAB_NAME = "source_words.txt", "target_vocab.txt"
 
 
 @dataclass(frozen=True, kw_only=True)
-class CoveConfig:
+class CoveConfig(SavedConfig):
     """Sizes of the MT model. Defaults are the paper's (GloVe 300, MT-LSTM 300 per direction)."""
 
     input_dim: int = 300  # E, the frozen vectors' size
@@ -73,16 +74,10 @@ class CoveConfig:
     dropout: float = 0.2  # between LSTM layers, on decoder inputs and on h~
     source_lowercase: bool = True  # the vectors were trained on lowercased text: lowercase words before lookup
     FORMAT_VERSION: ClassVar[int] = FORMAT_VERSION
+    WHAT = "CoVe config"
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "format_version": FORMAT_VERSION}
-
-    @classmethod
-    def from_dict(cls, values: dict) -> CoveConfig:
-        return config_from_dict(cls, values, "CoVe config")
-
-    def replace(self, **changes) -> CoveConfig:
-        return dataclasses.replace(self, **changes)
 
 
 # Named sizes (E comes from the vectors). "paper": McCann et al.; "small": what a CPU trains in minutes.
@@ -151,14 +146,6 @@ class CoveEncoder(nn.Module):
             h = torch.where(live, new_h, h)
             outputs[:, t] = torch.where(live, new_h, torch.zeros_like(new_h))
         return reverse_padded(outputs, lengths) if reverse else outputs
-
-
-def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row's first lengths[b] steps, padding left in place: x (B, S, ...) -> (B, S, ...)."""
-    steps = x.shape[1]
-    position = torch.arange(steps).unsqueeze(0)  # (1, S)
-    index = torch.where(position < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - position, position)  # (B, S)
-    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 # ---------------------------------------------------------------------------------------- decoder

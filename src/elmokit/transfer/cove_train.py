@@ -37,7 +37,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 from elmokit.engine.checkpoint import file_sha256, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
@@ -79,11 +79,12 @@ class ParallelDataError(CoveError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CoveTrainingConfig:
+class CoveTrainingConfig(SavedConfig):
     """How to train. Saved in ``training.json``. Stop at ``max_steps`` or after ``epochs`` (either may be None).
     Fields declared ``resumable()`` may differ when a run is resumed."""
 
     FORMAT_VERSION: ClassVar[int] = 1
+    WHAT = "CoVe training config"
     batch_size: int = 64  # sentence pairs per step
     lr: float = 1e-3  # Adam
     clip_norm: float = 5.0
@@ -117,15 +118,8 @@ class CoveTrainingConfig:
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "format_version": self.FORMAT_VERSION}
 
-    @classmethod
-    def from_dict(cls, values: dict) -> CoveTrainingConfig:
-        return config_from_dict(cls, values, "CoVe training config")
-
 
 # ---------------------------------------------------------------------------------------- data
-
-TOKENIZE = Tokenizer(kind="regex")
-
 
 @dataclass
 class ParallelSplit:

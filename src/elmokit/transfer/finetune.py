@@ -78,34 +78,48 @@ def is_causal(config) -> bool:
     return getattr(config, "model_type", "") in ("openai-gpt", "gpt2", "gpt_neo", "gptj", "llama", "mistral", "qwen2")
 
 
-class FineTunedClassifier(nn.Module):
+def hidden_size(config) -> int:
+    """The width of a transformer's hidden states (GPT's config calls it ``n_embd``)."""
+    return int(config.hidden_size if hasattr(config, "hidden_size") else config.n_embd)
+
+
+class SequenceSummary(nn.Module):
+    """A transformer and one vector per input sequence: for a causal model the top hidden state of its last
+    real token (GPT's h_l^m), else BERT's pooler tanh(W h_[CLS] + b) (a new one for an encoder without)."""
+
+    def __init__(self, base: nn.Module, dropout: float) -> None:
+        super().__init__()
+        self.base = base  # AutoModelForCausalLM (causal) or AutoModel (encoders)
+        self.causal = is_causal(base.config)
+        self.hidden = hidden_size(base.config)
+        has_pooler = getattr(base, "pooler", None) is not None
+        self.pool = None if (self.causal or has_pooler) else nn.Sequential(nn.Linear(self.hidden, self.hidden), nn.Tanh())
+        self.dropout = nn.Dropout(dropout)
+
+    def summary(self, ids: torch.Tensor, mask: torch.Tensor, *, lm_loss: bool = False, **inputs):
+        """ids, mask (B, T) -> (summary (B, H), the auxiliary LM loss when asked for, else None); ``inputs``:
+        more encoder inputs (token types)."""
+        if self.causal:
+            labels = ids.masked_fill(mask == 0, -100) if lm_loss else None
+            out = self.base(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+            last = mask.sum(1) - 1  # the last real token of each row (padding is on the right)
+            return out.hidden_states[-1][torch.arange(ids.shape[0]), last], (out.loss if lm_loss else None)
+        out = self.base(input_ids=ids, attention_mask=mask, **inputs)
+        return (out.pooler_output if self.pool is None else self.pool(out.last_hidden_state[:, 0])), None
+
+
+class FineTunedClassifier(SequenceSummary):
     """A transformer and a classification head; ``forward`` gives logits (B, K) and, for a causal
     model asked for it, the auxiliary LM loss."""
 
     def __init__(self, base: nn.Module, num_labels: int, *, dropout: float = 0.1) -> None:
-        super().__init__()
-        self.base = base  # AutoModelForCausalLM (causal) or AutoModel (encoders)
-        self.causal = is_causal(base.config)
-        hidden = int(base.config.hidden_size if hasattr(base.config, "hidden_size") else base.config.n_embd)
-        has_pooler = getattr(base, "pooler", None) is not None
-        self.pool = None if (self.causal or has_pooler) else nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(hidden, num_labels)
+        super().__init__(base, dropout)
+        self.classifier = nn.Linear(self.hidden, num_labels)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, lm_loss: bool = False):
         """input_ids, attention_mask (B, T) -> (logits (B, K), LM loss or None)."""
-        if self.causal:
-            labels = input_ids.masked_fill(attention_mask == 0, -100) if lm_loss else None
-            out = self.base(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_hidden_states=True)
-            last = attention_mask.sum(1) - 1  # the last real token of each row (padding is on the right)
-            summary = out.hidden_states[-1][torch.arange(input_ids.shape[0]), last]  # (B, H): h_l^m
-            return self.classifier(self.dropout(summary)), (out.loss if lm_loss else None)
-        out = self.base(input_ids=input_ids, attention_mask=attention_mask)
-        if self.pool is None:  # BERT's pooler: tanh(W h_[CLS] + b)
-            summary = out.pooler_output
-        else:
-            summary = self.pool(out.last_hidden_state[:, 0])
-        return self.classifier(self.dropout(summary)), None
+        summary, aux = self.summary(input_ids, attention_mask, lm_loss=lm_loss)
+        return self.classifier(self.dropout(summary)), aux
 
 
 def load_base(folder: str | os.PathLike):
@@ -137,7 +151,11 @@ def max_positions(config) -> int:
 
 def encode_batch(tokenizer, sentences: Sequence[Sequence[str]], max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokenised sentences -> input_ids, attention_mask (B, T), padded on the right, cut to the positions."""
-    rows = [encode_words(tokenizer, words).input_ids[:max_positions] for words in sentences]
+    return pad_ids([encode_words(tokenizer, words).input_ids[:max_positions] for words in sentences], tokenizer)
+
+
+def pad_ids(rows: Sequence[Sequence[int]], tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of token ids -> input_ids (padded on the right with the tokenizer's pad id, else 0), attention_mask (B, T)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)

@@ -38,7 +38,7 @@ from torch import nn
 from elmokit.engine.epochs import EpochOptions, EpochResult, seed_everything, shuffled_batches, train_epochs
 from elmokit.errors import UserError
 from elmokit.text.subword_tokenizers import encode_words
-from elmokit.transfer.finetune import FineTuneOptions, adamw_with_warmup, is_causal, load_base, max_positions
+from elmokit.transfer.finetune import FineTuneOptions, SequenceSummary, adamw_with_warmup, is_causal, load_base, max_positions
 
 # GPT's new tokens (Radford et al. 2018, §3.3: "randomly initialized start and end tokens", a delimiter "$")
 GPT_START, GPT_DELIMITER, GPT_EXTRACT = "<|start|>", "<|delimiter|>", "<|extract|>"
@@ -126,36 +126,21 @@ def pad_rows(rows: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[
     return ids, types, mask
 
 
-class FineTunedPairModel(nn.Module):
-    """A transformer and an output layer over the summary of each input sequence (summed for GPT's similarity)."""
+class FineTunedPairModel(SequenceSummary):
+    """A transformer and an output layer over the summary of each input sequence (summed for GPT's similarity;
+    for GPT the summary is the extract token's, the last real one)."""
 
     def __init__(self, base: nn.Module, num_outputs: int, *, dropout: float = 0.1) -> None:
-        super().__init__()
-        self.base = base
-        self.causal = is_causal(base.config)
-        hidden = int(base.config.hidden_size if hasattr(base.config, "hidden_size") else base.config.n_embd)
-        has_pooler = getattr(base, "pooler", None) is not None
-        self.pool = None if (self.causal or has_pooler) else nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
+        super().__init__(base, dropout)
         self.uses_segments = (getattr(base.config, "type_vocab_size", 0) or 0) > 1
-        self.dropout = nn.Dropout(dropout)
-        self.output = nn.Linear(hidden, num_outputs)
-
-    def summary(self, ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor, *, lm_loss: bool = False):
-        """(B, T) each -> (summary (B, H), LM loss or None)."""
-        if self.causal:
-            labels = ids.masked_fill(mask == 0, -100) if lm_loss else None
-            out = self.base(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
-            last = mask.sum(1) - 1  # the extract token: the last real one
-            return out.hidden_states[-1][torch.arange(ids.shape[0]), last], (out.loss if lm_loss else None)
-        extra = {"token_type_ids": types} if self.uses_segments else {}
-        out = self.base(input_ids=ids, attention_mask=mask, **extra)
-        return (out.pooler_output if self.pool is None else self.pool(out.last_hidden_state[:, 0])), None
+        self.output = nn.Linear(self.hidden, num_outputs)
 
     def forward(self, sequences: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], *, lm_loss: bool = False):
         """One (ids, types, mask) triple per input sequence of the examples -> (outputs (B, K), LM loss or None)."""
         total, aux = None, None
         for i, (ids, types, mask) in enumerate(sequences):
-            vector, loss = self.summary(ids, types, mask, lm_loss=lm_loss and i == 0)
+            extra = {"token_type_ids": types} if self.uses_segments else {}
+            vector, loss = self.summary(ids, mask, lm_loss=lm_loss and i == 0, **extra)
             total = vector if total is None else total + vector  # GPT similarity: h_l^m of both orders added
             aux = loss if i == 0 else aux
         return self.output(self.dropout(total)), aux

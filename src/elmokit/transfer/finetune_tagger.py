@@ -52,7 +52,7 @@ from torch import nn
 from elmokit.engine.epochs import EpochOptions, seed_everything, shuffled_batches, train_epochs
 from elmokit.errors import InputNotFound, UserError
 from elmokit.formats.checks import refuse_non_finite_read
-from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
+from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions, decode_tags, tag_loss
 from elmokit.tasks.data import TaggedCorpus, bio_to_bioes, bioes_to_bio
 from elmokit.tasks.tagger.metrics import main_metric, score
 from elmokit.tasks.tagger.saved import SAVED_BY
@@ -63,8 +63,10 @@ from elmokit.transfer.finetune import (
     HEAD_FILE,
     FineTuneOptions,
     adamw_with_warmup,
+    hidden_size,
     load_base,
     max_positions,
+    pad_ids,
     save_finetuned_folder,
 )
 
@@ -122,18 +124,12 @@ def encode_tagging_batch(tokenizer, sentences: Sequence[Sequence[str]], max_posi
             for k, position in enumerate(first_subtoken_positions(encoding)):
                 placed.append((b, start + k, len(rows), position))
             rows.append(list(encoding.input_ids))
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, row in enumerate(rows):
-        input_ids[r, : len(row)] = torch.tensor(row)
-        attention_mask[r, : len(row)] = 1
+    input_ids, attention_mask = pad_ids(rows, tokenizer)
     steps = max(len(s) for s in sentences)
     word_positions = torch.zeros((len(sentences), steps), dtype=torch.long)
     mask = torch.zeros((len(sentences), steps), dtype=torch.bool)
     for b, k, r, position in placed:
-        word_positions[b, k] = r * width + position
+        word_positions[b, k] = r * input_ids.shape[1] + position
         mask[b, k] = True
     return SubwordBatch(input_ids, attention_mask, word_positions, mask)
 
@@ -149,7 +145,7 @@ class FineTunedTaggerModel(nn.Module):
         if getattr(base, "pooler", None) is not None:  # BERT's [CLS] pooler feeds no tag: dropped, not trained
             base.pooler = None
         self.base = base
-        hidden = int(base.config.hidden_size if hasattr(base.config, "hidden_size") else base.config.n_embd)
+        hidden = hidden_size(base.config)
         self.dropout = nn.Dropout(dropout)
         self.label_scores = nn.Linear(hidden, len(labels))
         self.crf = None
@@ -165,16 +161,10 @@ class FineTunedTaggerModel(nn.Module):
         return self.label_scores(self.dropout(words))
 
     def loss(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Mean token cross-entropy (softmax) or mean over sentences of -log p(tags) (CRF)."""
-        if self.crf is not None:
-            return self.crf(emissions, tags, mask).mean()
-        return nn.functional.cross_entropy(emissions[mask], tags[mask])
+        return tag_loss(self.crf, emissions, tags, mask)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-        if self.crf is not None:
-            return self.crf.viterbi_decode(emissions, mask)
-        best = emissions.argmax(-1)
-        return [best[b, : int(n)].tolist() for b, n in enumerate(mask.sum(1))]
+        return decode_tags(self.crf, emissions, mask)
 
 
 @dataclass
@@ -286,10 +276,6 @@ def finetune_tagger(
         raise UserError("the auxiliary LM loss (GPT's eq. 5) is a classification option, not a tagging one")
     if task not in ("ner", "pos"):
         raise ValueError(f"task {task!r}: use ner or pos")
-    for name, corpus in (("train", train), ("dev", dev)):
-        empty = [i for i, s in enumerate(corpus.sentences) if not s]
-        if empty:
-            raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     scheme = scheme if task == "ner" else None
     labels = tagging_labels(train, dev, scheme, log)
     seed_everything(options.seed)

@@ -20,7 +20,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from elmokit.configs import config_from_dict
 from elmokit.errors import UserError
 from elmokit.nn.scalar_mix import ScalarMix
-from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions
+from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions, decode_tags, tag_loss
 
 FORMAT_VERSION = 1
 PAD, UNK = "<pad>", "<unk>"  # the first two words of every tagger vocabulary
@@ -194,17 +194,11 @@ class TaggerModel(nn.Module):
 
     def loss(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Mean over sentences of -log p(tags) (CRF), or mean token cross-entropy (softmax); plus the mix L2."""
-        if self.crf is not None:
-            loss = self.crf(emissions, tags, mask).mean()
-        else:
-            loss = nn.functional.cross_entropy(emissions[mask], tags[mask])
+        loss = tag_loss(self.crf, emissions, tags, mask)
         for mix in (self.input_mix, self.output_mix):
             if mix is not None and self.config.mix_l2 > 0:
                 loss = loss + mix.l2_penalty(self.config.mix_l2)
         return loss
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-        if self.crf is not None:
-            return self.crf.viterbi_decode(emissions, mask)
-        best = emissions.argmax(-1)
-        return [best[b, : int(n)].tolist() for b, n in enumerate(mask.sum(1))]
+        return decode_tags(self.crf, emissions, mask)

@@ -59,7 +59,7 @@ def tagging_labels(train: TaggedCorpus, dev: TaggedCorpus, scheme: str | None, l
     for name, corpus in (("train", train), ("dev", dev)):
         empty = [i for i, s in enumerate(corpus.sentences) if not s]
         if empty:
-            raise ValueError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
+            raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     encode = bio_to_bioes if scheme == "BIOES" else list
     labels = sorted({label for row in train.labels for label in encode(row)}, key=lambda l: (l != "O", l[2:], l))
     unknown = sorted({label for row in dev.labels for label in encode(row)} - set(labels))
