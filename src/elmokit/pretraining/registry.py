@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elmokit.pretraining.batching import Objective
+from elmokit.pretraining.ernie_thu import ernie_thu_from_options
 from elmokit.pretraining.heads import SpanBoundaryHead
 from elmokit.pretraining.knowledge import ernie_from_options
 from elmokit.pretraining.masking import MaskingVocab
@@ -106,6 +107,8 @@ for _spec in (
                   "encoder-decoder, 50% contiguous fragment masked, decoder predicts it (Song et al. 2019)"),
     ObjectiveSpec("ernie", "bert-mlm", "wordpiece", "segments", _build_ernie,
                   "knowledge masking: whole words -> phrases -> entities in three stages (Sun et al. 2019)"),
+    ObjectiveSpec("ernie-thu", "bert-mlm", "wordpiece", "segments", ernie_thu_from_options,
+                  "WordNet synsets (TransE) fused into the top layers, MLM + denoising entity auto-encoder (Zhang et al. 2019)"),
 ):
     register(_spec)
 

@@ -103,6 +103,12 @@ class PretrainConfig:
     ernie_stages: str = "basic,phrase,entity"
     ernie_stage_batches: int | None = None  # None: thirds of max_steps (3 x 1000 batches without it)
     ernie_entities: str | None = None  # en: a NER tagger folder; zh: an entity cache (knowledge_zh.tag_entity_cache)
+    # ERNIE (Tsinghua) (ernie_thu.ernie_thu_from_options): WordNet, its TransE folder, SemCor mentions, K-Encoder
+    ernie_thu_wordnet: str | None = None
+    ernie_thu_transe: str | None = None
+    ernie_thu_mentions: str | None = None
+    ernie_thu_k_layers: int | None = None  # None: half the layers
+    ernie_thu_fusion: str = "paper"
     dropout: float | None = None  # None: the preset's (0.1)
     max_tokens: int | None = None  # the longest example in subword tokens (None: the preset's positions)
     # tokenizer (trained on the corpus unless tokenizer_dir is given)
@@ -144,6 +150,12 @@ class PretrainConfig:
                      if getattr(self, name) != type(self).__dataclass_fields__[name].default]
         if ernie_set and self.objective != "ernie":
             raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
+        thu_set = [name for name in ("ernie_thu_wordnet", "ernie_thu_transe", "ernie_thu_mentions", "ernie_thu_k_layers",
+                                     "ernie_thu_fusion") if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+        if thu_set and self.objective != "ernie-thu":
+            raise ValueError(f"{', '.join(thu_set)} go with --objective ernie-thu")
+        if self.ernie_thu_fusion not in ("paper", "residual"):
+            raise ValueError(f"ernie_thu_fusion must be 'paper' or 'residual', got {self.ernie_thu_fusion!r}")
         if self.ernie_language not in ("en", "zh"):
             raise ValueError(f"ernie_language must be 'en' or 'zh', got {self.ernie_language!r}")
         stages = [s.strip() for s in self.ernie_stages.split(",") if s.strip()]
@@ -348,7 +360,8 @@ class _PretrainRun:
                 "sbo": config.sbo, "max_steps": config.decay_steps, "ernie_language": config.ernie_language,
                 "ernie_stages": tuple(s.strip() for s in config.ernie_stages.split(",") if s.strip()),
                 "ernie_stage_batches": config.ernie_stage_batches, "ernie_entities": config.ernie_entities,
-                "max_tokens": config.example_tokens})
+                "max_tokens": config.example_tokens,
+                **{k: v for k, v in config.to_dict().items() if k.startswith("ernie_thu_")}})
         self.modules = dict(self.objective.modules())
         self.model.to(self.device)
         for module in self.modules.values():
