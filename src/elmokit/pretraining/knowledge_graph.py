@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
 
 from elmokit.errors import UserError
+from elmokit.io import atomic_directory, atomic_path
 
 POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 _SS_TYPE = {"1": "n", "2": "v", "3": "a", "4": "r", "5": "a"}  # sense-key ss_type -> data file (5: satellite)
@@ -178,10 +181,6 @@ class TransEVectors:
     info: dict = field(default_factory=dict)
 
     def save(self, folder: str | os.PathLike) -> Path:
-        from safetensors.numpy import save_file
-
-        from elmokit.io import atomic_directory
-
         folder = Path(folder)
         with atomic_directory(folder) as tmp:
             (tmp / "entities.txt").write_text("\n".join(self.names) + "\n", encoding="utf-8")
@@ -193,8 +192,6 @@ class TransEVectors:
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> TransEVectors:
-        from safetensors.numpy import load_file
-
         folder = Path(folder)
         needed = [folder / n for n in ("entities.txt", "transe.safetensors", "transe.json")]
         missing = [str(p) for p in needed if not p.exists()]
@@ -228,7 +225,6 @@ def train_transe(triples: np.ndarray, num_entities: int, num_relations: int, *, 
     the tail replaced by a uniform entity; margin ranking loss; entity vectors normalised before each
     step, as Bordes et al.). Returns (entities (E, dim), relations (R, dim), a record of the settings)."""
     try:
-        import torch
         from pykeen.losses import MarginRankingLoss
         from pykeen.models import TransE
         from pykeen.training import SLCWATrainingLoop
@@ -327,8 +323,6 @@ def write_semcor_corpus(documents: Sequence[Sequence[SenseSentence]], text: str 
     """SemCor as a pretraining corpus (a document per tagfile, a sentence a line) and its gold mentions
     (JSON lines ``{"words": [...], "mentions": [[start, end, "OFFSET-P"], ...]}``), for
     ``--ernie-thu-mentions``."""
-    from elmokit.io import atomic_path
-
     with atomic_path(text) as tmp_text, atomic_path(mentions) as tmp_mentions:
         with open(tmp_text, "w", encoding="utf-8") as out_text, open(tmp_mentions, "w", encoding="utf-8") as out_m:
             for document in documents:
