@@ -522,3 +522,45 @@ def test_settings_errors_are_one_line(tmp_path, kg, capsys):
                  "--max-steps", "1", "--vocab-size", "300"])
     err = capsys.readouterr().err
     assert code != 0 and "needs --ernie-thu-wordnet" in err and "Traceback" not in err
+
+
+def test_resume_refuses_a_changed_transe_table(tmp_path, kg):
+    import shutil
+
+    transe = tmp_path / "transe"
+    shutil.copytree(kg["transe"], transe)
+    config = _config({**kg, "transe": str(transe)}, max_steps=2, checkpoint_every=1)
+    _run(tmp_path / "run", kg, config)
+    vectors = TransEVectors.load(transe)
+    vectors.entities[0] *= -1
+    vectors.save(transe)
+    with pytest.raises(KnowledgeGraphError, match="transe changed since the run started"):
+        _run(tmp_path / "run", kg, config.replace(max_steps=4), resume=True)
+
+
+def test_every_parameter_of_the_knowledge_side_gets_a_gradient(kg, hand_tokenizer):
+    """One MLM + dEA step through the objective's own batches, two K-Encoder layers: the fusion layers, the
+    entity attention and the dEA projection all receive gradient, except the last layer's entity output, which
+    feeds nothing (dEA reads the token stream, as in the paper); the TransE table is a buffer."""
+    from elmokit.pretraining.ernie_thu import ernie_thu_from_options
+    from elmokit.pretraining.models import build_model
+
+    model = build_model("bert-mlm", "tiny", vocab_size=len(hand_tokenizer), seed=0)
+    objective = ernie_thu_from_options(hand_tokenizer, model, {"ernie_thu_wordnet": kg["wordnet"],
+                                                               "ernie_thu_transe": kg["transe"], "ernie_thu_k_layers": 2})
+    ids = hand_tokenizer.convert_tokens_to_ids(["[CLS]", "the", "cat", "##s", "sat", "on", "the", "mat", "a", "dog", "[SEP]"])
+    example = {"input_ids": np.array(ids), "word_ids": [None, 0, 1, 1, 2, 3, 4, 5, 6, 7, None]}
+    rng = np.random.default_rng(0)
+    batch = next(objective.batches([example] * 3, batch_size=3, rng=rng))
+    assert (batch["entity_labels"][0] >= 0).sum() == 4  # cats, sat (sit), mat, dog
+    assert batch["candidates"].shape == (3, 4)
+    out = objective.loss(model, batch)
+    out.loss.backward()
+    assert out.parts["alignments"] == 12 and out.parts["dea"] > 0
+    for name, parameter in objective.encoder.named_parameters():
+        if name.startswith("fusions.1.entity_out") or name.endswith(("fusions.0.norm.weight", "fusions.0.norm.bias")) \
+                or name.startswith("fusions.1.norm"):  # the last entity output; the paper fusion has no entity norm
+            assert parameter.grad is None, name
+        else:
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+    assert not objective.encoder.entity_table.requires_grad

@@ -32,6 +32,7 @@ Shape legend: B batch, T tokens, H hidden, I intermediate, D entity dimension (T
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -368,13 +369,26 @@ class ErnieThuObjective:
 
     def __init__(self, vocab: MaskingVocab, encoder: KnowledgeableEncoder, *, pad_id: int, tokenizer=None,
                  linker: FirstSenseLinker | None = None, gold: GoldMentions | None = None,
-                 rates: DeaRates = DeaRates()) -> None:
+                 rates: DeaRates = DeaRates(), sources: Mapping[str, str] | None = None) -> None:
         self.vocab, self.encoder, self.pad_id, self.tokenizer = vocab, encoder, pad_id, tokenizer
         self.linker, self.gold, self.rates = linker, gold, rates
+        self.sources = dict(sources or {})  # what the knowledge came from: {name: sha256}, checked on resume
         self.num_entities = int(encoder.entity_table.shape[0])
 
     def modules(self) -> dict[str, nn.Module]:
         return {"ernie_thu": self.encoder}
+
+    def state_dict(self) -> dict:
+        return {"sources": self.sources}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Refuse to resume over another WordNet, TransE table or mention file: the frozen table and the
+        mentions are read again, not checkpointed, so they must be the ones the run started with."""
+        saved = dict(state.get("sources", {}))
+        changed = sorted(k for k in set(saved) | set(self.sources) if saved.get(k) != self.sources.get(k))
+        if changed:
+            raise KnowledgeGraphError(f"--resume: {', '.join(changed)} changed since the run started (sha256 differs); "
+                                      "fix: give the files the run started with, or start a new run")
 
     def mentions(self, example) -> list[Mention]:
         given = example_field(example, "mentions")
@@ -444,5 +458,20 @@ def ernie_thu_from_options(tokenizer, model, options: Mapping) -> ErnieThuObject
                                    dropout=float(model.config.hidden_dropout_prob))
     linker = FirstSenseLinker(wordnet) if options.get("ernie_thu_linker", True) else None
     gold = GoldMentions.from_file(options["ernie_thu_mentions"], wordnet) if options.get("ernie_thu_mentions") else None
+    sources = {"wordnet": _sha256(wordnet_path), "transe": _sha256(transe_path)}
+    if options.get("ernie_thu_mentions"):
+        sources["mentions"] = _sha256(options["ernie_thu_mentions"])
     return ErnieThuObjective(MaskingVocab.from_tokenizer(tokenizer), encoder, pad_id=tokenizer.pad_token_id,
-                             tokenizer=tokenizer, linker=linker, gold=gold)
+                             tokenizer=tokenizer, linker=linker, gold=gold, sources=sources)
+
+
+def _sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file, or of a folder's files (names and contents, sorted)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
+        digest.update(str(file.relative_to(path)).encode() + b"\0" if path.is_dir() else b"")
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
