@@ -521,7 +521,12 @@ def test_settings_errors_are_one_line(tmp_path, kg, capsys):
     code = main(["pretrain", "--objective", "ernie-thu", "--corpus", str(kg["corpus"]), "--out", str(tmp_path / "b"),
                  "--max-steps", "1", "--vocab-size", "300"])
     err = capsys.readouterr().err
-    assert code != 0 and "needs --ernie-thu-wordnet" in err and "Traceback" not in err
+    assert code == 2 and "needs --ernie-thu-wordnet" in err and "Traceback" not in err
+    assert not (tmp_path / "b").exists()  # refused before anything is written
+    code = main(["pretrain", "--objective", "ernie-thu", "--corpus", str(kg["corpus"]), "--out", str(tmp_path / "c"),
+                 "--max-steps", "1", "--ernie-thu-wordnet", kg["wordnet"], "--ernie-thu-transe", kg["transe"],
+                 "--ernie-thu-k-layers", "3"])
+    assert code == 2 and "ernie_thu_k_layers must be 1 to 2" in capsys.readouterr().err
 
 
 def test_resume_refuses_a_changed_transe_table(tmp_path, kg):

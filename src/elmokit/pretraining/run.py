@@ -154,6 +154,12 @@ class PretrainConfig:
                                      "ernie_thu_fusion") if getattr(self, name) != type(self).__dataclass_fields__[name].default]
         if thu_set and self.objective != "ernie-thu":
             raise ValueError(f"{', '.join(thu_set)} go with --objective ernie-thu")
+        if self.objective == "ernie-thu" and not (self.ernie_thu_wordnet and self.ernie_thu_transe):
+            raise ValueError("--objective ernie-thu needs --ernie-thu-wordnet (WordNet 3.0's folder or archive) and "
+                             "--ernie-thu-transe (a folder of knowledge_graph.train_wordnet_transe)")
+        if self.ernie_thu_k_layers is not None and not 1 <= self.ernie_thu_k_layers <= PRESETS[self.preset].layers:
+            raise ValueError(f"ernie_thu_k_layers must be 1 to {PRESETS[self.preset].layers} (the layers of preset "
+                             f"{self.preset!r}), got {self.ernie_thu_k_layers}")
         if self.ernie_thu_fusion not in ("paper", "residual"):
             raise ValueError(f"ernie_thu_fusion must be 'paper' or 'residual', got {self.ernie_thu_fusion!r}")
         if self.ernie_language not in ("en", "zh"):
