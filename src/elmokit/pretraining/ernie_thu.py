@@ -452,8 +452,10 @@ def ernie_thu_from_options(tokenizer, model, options: Mapping) -> ErnieThuObject
     k_layers = int(options.get("ernie_thu_k_layers") or max(1, layers // 2))
     if not 1 <= k_layers <= layers:
         raise ValueError(f"ernie_thu_k_layers {k_layers}: give 1 to {layers} (the model's layers)")
+    dim = int(vectors.entities.shape[1])
     encoder = KnowledgeableEncoder(vectors.entities, hidden=int(model.config.hidden_size),
                                    intermediate=int(model.config.intermediate_size), k_layers=k_layers,
+                                   heads=4 if dim % 4 == 0 else 1,  # the authors' code: 4 entity heads at width 100
                                    fusion=options.get("ernie_thu_fusion") or "paper",
                                    dropout=float(model.config.hidden_dropout_prob))
     linker = FirstSenseLinker(wordnet) if options.get("ernie_thu_linker", True) else None
