@@ -8,9 +8,10 @@ Shape legend: B batch, T tokens, H hidden, I intermediate, D entity dimension (T
 - Entity mentions (``FirstSenseLinker``, ``GoldMentions``): SemCor's gold senses where a sentence of the
   segment is a SemCor sentence; elsewhere a *first-sense linker*: the longest WordNet lemma (up to
   ``max_words`` words, lower case, joined by ``_``) starting at each word, taken greedily left to right;
-  single words are also tried through WordNet's morphology (``*.exc`` exceptions, then morphy's suffix
-  rules); English function words and tokens without a letter are never single-word mentions; a lemma
-  links to its sense number 1 in the POS whose first sense is most frequent in SemCor's tag counts. This is
+  the last word of a candidate may be inflected (WordNet's ``*.exc`` exceptions, morphy's suffix rules), and
+  of its base forms the one whose first sense has the most SemCor tags wins; English function words and
+  tokens without a letter are never single-word mentions; a lemma links to its sense number 1 in the POS
+  whose first sense is most frequent in SemCor's tag counts (``index.sense``). This is
   no disambiguation: every occurrence of a lemma gets the same synset. As in the paper, the entity is
   aligned to the first token (here: word piece) of its mention.
 - The knowledgeable encoder (``KnowledgeableEncoder``): the model's lower ``L - M`` BERT layers are the
