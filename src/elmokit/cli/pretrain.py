@@ -67,6 +67,14 @@ PRETRAIN_FLAGS = {
     "dlm_dialogues": ("--dlm-dialogues", str, "ernie-dlm: novels (glob) to extract quoted dialogue from (none: the corpus)"),
     "dlm_text": ("--dlm-text", str, "ernie-dlm: extra text pools NAME=GLOB,... held in memory (e.g. bible=FILE)"),
     "dlm_fake_rate": ("--dlm-fake-rate", float, "ernie-dlm: share of dialogue sequences with one turn replaced (fake)"),
+    "ernie_thu_wordnet": ("--ernie-thu-wordnet", str, "ernie-thu: WordNet 3.0's database folder or wordnet-3.0.tar.xz"),
+    "ernie_thu_transe": ("--ernie-thu-transe", str, "ernie-thu: TransE vectors of that WordNet's synsets (a folder of "
+                         "knowledge_graph.train_wordnet_transe)"),
+    "ernie_thu_mentions": ("--ernie-thu-mentions", str, "ernie-thu: SemCor's gold mentions (JSON lines of "
+                           "knowledge_graph.write_semcor_corpus); other text gets the first-sense linker"),
+    "ernie_thu_k_layers": ("--ernie-thu-k-layers", positive_int, "ernie-thu: K-Encoder layers on top (none: half the layers)"),
+    "ernie_thu_fusion": ("--ernie-thu-fusion", str, "ernie-thu: paper (eq. 5: GELU outputs) or residual (the authors' "
+                         "code: residual + LayerNorm)"),
     "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
                              "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
 }

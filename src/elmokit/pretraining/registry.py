@@ -12,6 +12,7 @@ from typing import Any
 from elmokit.pretraining.batching import Objective
 from elmokit.pretraining.dialogue import dialogue_from_options
 from elmokit.pretraining.ernie2 import ernie2_from_options
+from elmokit.pretraining.ernie_thu import ernie_thu_from_options
 from elmokit.pretraining.heads import SpanBoundaryHead
 from elmokit.pretraining.knowledge import ernie_from_options
 from elmokit.pretraining.masking import MaskingVocab
@@ -115,6 +116,8 @@ for _spec in (
     ObjectiveSpec("ernie2", "bert-mlm", "wordpiece-uncased", "ernie2", _build_ernie2,
                   "continual multi-task pretraining: knowledge masking, capitalization, token-document relation, "
                   "sentence reordering and distance, task embeddings, tasks added in stages (Sun et al. 2020)"),
+    ObjectiveSpec("ernie-thu", "bert-mlm", "wordpiece", "segments", ernie_thu_from_options,
+                  "WordNet synsets (TransE) fused into the top layers, MLM + denoising entity auto-encoder (Zhang et al. 2019)"),
 ):
     register(_spec)
 

@@ -114,6 +114,12 @@ class PretrainConfig:
     dlm_dialogues: str | None = None  # novels to extract dialogue from (None: the corpus)
     dlm_text: str | None = None  # "NAME=GLOB,...": in-memory text pools dlm_mix may name
     dlm_fake_rate: float = 0.5
+    # ERNIE (Tsinghua) (ernie_thu.ernie_thu_from_options): WordNet, its TransE folder, SemCor mentions, K-Encoder
+    ernie_thu_wordnet: str | None = None
+    ernie_thu_transe: str | None = None
+    ernie_thu_mentions: str | None = None
+    ernie_thu_k_layers: int | None = None  # None: half the layers
+    ernie_thu_fusion: str = "paper"
     dropout: float | None = None  # None: the preset's (0.1)
     max_tokens: int | None = None  # the longest example in subword tokens (None: the preset's positions)
     # tokenizer (trained on the corpus unless tokenizer_dir is given)
@@ -176,6 +182,18 @@ class PretrainConfig:
                 and self.ernie2_task_iterations < len(tasks2) + 1:
             raise ValueError(f"ernie2_task_iterations {self.ernie2_task_iterations} cannot be spread over {len(tasks2)} "
                              f"stages; give at least {len(tasks2) + 1}")
+        thu_set = [name for name in ("ernie_thu_wordnet", "ernie_thu_transe", "ernie_thu_mentions", "ernie_thu_k_layers",
+                                     "ernie_thu_fusion") if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+        if thu_set and self.objective != "ernie-thu":
+            raise ValueError(f"{', '.join(thu_set)} go with --objective ernie-thu")
+        if self.objective == "ernie-thu" and not (self.ernie_thu_wordnet and self.ernie_thu_transe):
+            raise ValueError("--objective ernie-thu needs --ernie-thu-wordnet (WordNet 3.0's folder or archive) and "
+                             "--ernie-thu-transe (a folder of knowledge_graph.train_wordnet_transe)")
+        if self.ernie_thu_k_layers is not None and not 1 <= self.ernie_thu_k_layers <= PRESETS[self.preset].layers:
+            raise ValueError(f"ernie_thu_k_layers must be 1 to {PRESETS[self.preset].layers} (the layers of preset "
+                             f"{self.preset!r}), got {self.ernie_thu_k_layers}")
+        if self.ernie_thu_fusion not in ("paper", "residual"):
+            raise ValueError(f"ernie_thu_fusion must be 'paper' or 'residual', got {self.ernie_thu_fusion!r}")
         if self.ernie_language not in ("en", "zh"):
             raise ValueError(f"ernie_language must be 'en' or 'zh', got {self.ernie_language!r}")
         stages = [s.strip() for s in self.ernie_stages.split(",") if s.strip()]
@@ -386,7 +404,8 @@ class _PretrainRun:
                 "ernie2_schedule": config.ernie2_schedule, "ernie2_task_iterations": config.ernie2_task_iterations,
                 "ernie2_reorder_pieces": config.ernie2_reorder_pieces,
                 "dlm_mix": config.dlm_mix, "dlm_dialogues": config.dlm_dialogues, "dlm_text": config.dlm_text,
-                "dlm_fake_rate": config.dlm_fake_rate})
+                "dlm_fake_rate": config.dlm_fake_rate,
+                **{k: v for k, v in config.to_dict().items() if k.startswith("ernie_thu_")}})
         self.modules = dict(self.objective.modules())
         self.model.to(self.device)
         for module in self.modules.values():
