@@ -9,16 +9,12 @@ import signal
 import sys
 import threading
 
-from elmokit.formats import ModelFolderError, WeightFileError
-from elmokit.formats.embedding_hdf5 import InputFileError, OutputFileError
+from elmokit.errors import UserError
 from elmokit.representation import RepresentationError
 from elmokit.text.corpus import TOKENIZER_KINDS
-from elmokit.text.segmenters import SegmenterError
-from elmokit.warm_state import WarmStateError
 
 # Errors that are the user's input, reported as one line without a traceback.
-USER_ERRORS = (InputFileError, OutputFileError, WeightFileError, ModelFolderError, WarmStateError, RepresentationError,
-               FileNotFoundError, SegmenterError)
+USER_ERRORS = (UserError, FileNotFoundError)
 
 TOKENIZER_HELP = ("whitespace (str.split), regex (\\w+|[^\\w\\s]), or a word segmenter for text written without "
                   "spaces: jieba, rjieba, pkuseg (Chinese; pip install 'elmokit[zh]'), chars (every Han character a token)")

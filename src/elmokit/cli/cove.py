@@ -18,6 +18,7 @@ import sys
 
 from elmokit.cli.common import add_threads_argument, apply_threads, non_negative_int, positive_float, positive_int, probability
 from elmokit.cli.training_common import run_training_command
+from elmokit.transfer.cove_presets import PRESETS
 
 
 def register(subparsers) -> None:
@@ -39,8 +40,6 @@ def _book_list(text: str) -> list[int]:
 
 
 def _register_train(sub) -> None:
-    from elmokit.transfer.cove import PRESETS
-
     p = sub.add_parser("train", help="train the MT model; checkpoints, exact --resume, BLEU on held-out books at the end",
                        description="Trains a 2-layer biLSTM encoder over frozen word vectors with an attentional LSTM "
                        "decoder (McCann et al. 2017) on line-aligned parallel files.")
@@ -116,7 +115,7 @@ def _run(command, func, args) -> int:
 def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from elmokit.transfer.cove import PRESETS, CoveConfig
+    from elmokit.transfer.cove import CoveConfig
     from elmokit.transfer.cove_train import CoveTrainingConfig, train_cove
 
     apply_threads(args)

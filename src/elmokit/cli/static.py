@@ -26,7 +26,7 @@ from elmokit.cli.common import (
     positive_int,
     signals_as_interrupts,
 )
-from elmokit.static.train import ALGOS, DEFAULTS
+from elmokit.static.defaults import ALGOS, DEFAULTS
 
 
 def register(subparsers) -> None:
