@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -74,9 +75,10 @@ def number_list(item):
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model (default: the shipped default model)")
     group.add_argument("--model", default=None,
-                       help="'default', a native model folder, or a folder with options.json + weights.hdf5")
-    group.add_argument("--options-file", default=None, help="original options.json (with --weight-file)")
-    group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file)")
+                       help="'default', a native model folder, or a folder with options.json + weights.hdf5 "
+                       "(default: the shipped default model)")
+    group.add_argument("--options-file", default=None, help="original options.json (with --weight-file; default: none)")
+    group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file; default: none)")
     group.add_argument("--initial-state", choices=("zero", "warm"), default="zero",
                        help="where every sentence's LSTM state starts: zero (default) or the model's warm state "
                        "(warm_state.safetensors, written by `elmokit warm-state`)")
@@ -89,8 +91,33 @@ def add_tokenizer_argument(group, *, default: str | None = None, default_help: s
                        help=f"{help_prefix}{TOKENIZER_HELP} (default: {default_help})")
 
 
+# Below this many parameters a model's matrices are too small for a second thread to pay for its
+# synchronisation: on a shared 2-core machine the biLM presets tiny (10k), compact (1.1M) and small (5.4M)
+# all ran their forward pass faster on 1 thread than on 2 (docs: "Choosing --threads").
+SMALL_MODEL_PARAMETERS = 2_000_000
+CORES_THREADS_HELP = "CPU threads for torch (default: as many as the cores this process may run on, from its CPU affinity)"
+THREADS_HELP = ("CPU threads for torch (default: as many as the cores this process may run on, from its CPU affinity; "
+                f"1 for a model under {SMALL_MODEL_PARAMETERS // 1_000_000}M parameters, too small to gain from more)")
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on (``taskset``, a container's or a batch system's cpuset), not the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def default_threads(parameters: int | None = None) -> int:
+    """The thread count ``--threads`` defaults to: 1 for a model under ``SMALL_MODEL_PARAMETERS``
+    parameters, else the cores this process may run on (``available_cores``)."""
+    if parameters is not None and parameters < SMALL_MODEL_PARAMETERS:
+        return 1
+    return available_cores()
+
+
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
 
 
 def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,15 +152,41 @@ def _load_from_flags(args, vectors, *, stateful, batch_size, default_model="defa
     spec = spec_from_flags(model=args.model, options_file=args.options_file, weight_file=args.weight_file,
                            vectors=vectors, initial_state=getattr(args, "initial_state", "zero"),
                            default_model=default_model)
-    return load(spec, stateful=stateful, batch_size=batch_size, precision=getattr(args, "precision", "fp32"),
-                token_cache_size=getattr(args, "token_cache", 20_000)), spec
+    representation = load(spec, stateful=stateful, batch_size=batch_size, precision=getattr(args, "precision", "fp32"),
+                          token_cache_size=getattr(args, "token_cache", 20_000))
+    apply_model_threads(args, representation)
+    return representation, spec
 
 
-def apply_threads(args: argparse.Namespace) -> None:
+def apply_threads(args: argparse.Namespace, parameters: int | None = None) -> int:
+    """Set torch's threads: ``--threads``, else ``default_threads(parameters)``; returns the count set."""
+    import torch
+
+    threads = getattr(args, "threads", None) or default_threads(parameters)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def bilm_parameters(config) -> int:
+    """The parameters of a biLM of ``config`` (a ``BiLMConfig``), counted on the meta device (no memory)."""
+    import torch
+
+    from elmokit.bilm import BiLM
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in BiLM(config).parameters())
+
+
+def apply_model_threads(args: argparse.Namespace, model) -> int | None:
+    """Once the model is loaded: without ``--threads``, 1 thread for a model too small to gain from more
+    (``model``: a torch module, or an object holding one as ``bilm`` or ``model``)."""
     if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
+        return None
+    module = next((m for m in (model, getattr(model, "bilm", None), getattr(model, "model", None))
+                   if callable(getattr(m, "parameters", None))), None)
+    if module is None:
+        return None
+    return apply_threads(args, sum(p.numel() for p in module.parameters()))
 
 
 class Terminated(KeyboardInterrupt):

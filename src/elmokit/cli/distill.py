@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmokit.cli.common import non_negative_float, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.common import (
+    CORES_THREADS_HELP,
+    apply_threads,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    run_reporting_errors,
+)
 
 
 def register(subparsers) -> None:
@@ -32,17 +39,14 @@ def register(subparsers) -> None:
     parser.add_argument("--tinybert-attention", type=non_negative_float, default=0.0,
                         help="weight of TinyBERT's attention MSE (default: 0 = off)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the student's masks and order (default: 0)")
-    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
     parser.set_defaults(func=lambda args: run_reporting_errors("distill", run, args))
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from elmokit.pretraining.distill import DistillationConfig, distill
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     config = DistillationConfig(temperature=args.temperature, alpha_ce=args.alpha_ce, alpha_mlm=args.alpha_mlm,
                                 alpha_cos=args.alpha_cos, alpha_hidden=args.tinybert_hidden,
                                 alpha_attention=args.tinybert_attention)

@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Iterable
 
 from elmokit import __version__
 from elmokit.errors import UserError
@@ -48,6 +49,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cove": ("elmokit.cli.cove", "CoVe: train a translation encoder (MT-LSTM) and score it with BLEU"),
 }
 
+# The modules of the commands (the layering tests read them).
+SUBCOMMAND_MODULES = [module.rpartition(".")[2] for module, _ in COMMANDS.values()]
+
 VERBOSE_HELP = "show third-party libraries' logs and warnings, and the resolved configuration (default: off)"
 
 # Loggers of libraries whose INFO/WARNING chatter (load reports, advisory warnings) a user did not ask for.
@@ -78,9 +82,10 @@ def command_in(argv: list[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of ``elmokit``; only ``command``'s module is imported and its parser built (the other
-    commands are listed by name and help)."""
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of ``elmokit``. Only the modules of ``commands`` (default: all) are imported and their
+    parsers built; the other commands are listed by name and help."""
+    built = set(COMMANDS if commands is None else commands)
     parser = argparse.ArgumentParser(
         prog="elmokit",
         description="Deep contextualized word representations: embed, convert, train, evaluate.",
@@ -90,7 +95,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        if name == command:
+        if name in built:
             importlib.import_module(module_name).register(subparsers)
             finish_command_parsers(subparsers.choices[name], name)
         else:
@@ -131,7 +136,7 @@ def one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = command_in(argv)
-    parser = build_parser(command if command in COMMANDS else None)
+    parser = build_parser([command] if command in COMMANDS else [])
     args = parser.parse_args(argv)
     args.argv = argv  # recorded by commands that write run folders
     if not getattr(args, "func", None):

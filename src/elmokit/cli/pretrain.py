@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_int, positive_float, positive_int
+from elmokit.cli.common import CORES_THREADS_HELP, apply_threads, non_negative_int, positive_float, positive_int
 from elmokit.cli.training_common import SettingError, run_training_command
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
@@ -89,7 +89,7 @@ def register(subparsers) -> None:
                         help="spanbert: add the span boundary objective (default: off)")
     for field_name, (flag, kind, text) in PRETRAIN_FLAGS.items():
         parser.add_argument(flag, dest=field_name, type=kind, default=None, help=f"{text} (default: {_default_text(field_name)})")
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.set_defaults(func=lambda args: run_training_command("pretrain", run, args))
 
@@ -125,12 +125,9 @@ def resolve(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from elmokit.pretraining.run import pretrain
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     config, corpus = resolve(args)
     if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
         print("pretraining config:", json.dumps(config.to_dict()), file=sys.stderr)

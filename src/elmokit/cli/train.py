@@ -17,7 +17,15 @@ import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int
+from elmokit.cli.common import (
+    THREADS_HELP,
+    apply_threads,
+    bilm_parameters,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from elmokit.cli.training_common import (
     SettingError,
     add_tokenizer_arguments,
@@ -104,7 +112,7 @@ def register(subparsers) -> None:
     parser.add_argument("--bf16", action="store_true", default=None,
                         help="bfloat16 autocast of the forward pass (GPU; optional on CPU) (default: off)")
     add_tokenizer_arguments(parser)
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.set_defaults(func=lambda args: run_training_command("train", run, args))
 
@@ -134,13 +142,10 @@ def resolve(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from elmokit.training.trainer import train
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     config = resolve(args)
+    apply_threads(args, bilm_parameters(config.model_config))
     if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
         print("model config:", json.dumps(config.model_config.to_dict()), file=sys.stderr)
         print("training config:", json.dumps(config.training.to_dict()), file=sys.stderr)
