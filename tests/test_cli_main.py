@@ -182,3 +182,35 @@ def test_every_threads_option_states_the_policy():
              if "--threads" in sub._option_string_actions}
     assert len(helps) >= 10
     assert {path for path, text in helps.items() if "CPU affinity" not in text} == set()
+
+
+def test_neighbors_index_help_is_its_own(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["neighbors", "index", "--help"])
+    text = capsys.readouterr().out
+    assert stop.value.code == 0 and text.startswith("usage: elmokit neighbors index --corpus FILE --out DIR")
+    assert "--corpus" in text and "--batch-size" in text and "--same-form" not in text and "  --index DIR" not in text
+    with pytest.raises(SystemExit):
+        main(["neighbors", "--help"])
+    assert "--same-form" in capsys.readouterr().out
+
+
+def test_embed_help_defines_its_shapes(capsys):
+    with pytest.raises(SystemExit):
+        main(["embed", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(L+1, n, 2P)" in text and "L+1 layers (the token layer and the L biLSTM layers), n tokens" in text
+
+
+def test_a_complete_saved_config_loads_without_a_missing_field_note(caplog):
+    from elmokit.tasks.tagger.model import TaggerConfig
+
+    config = TaggerConfig(task="pos", elmo="none")
+    with caplog.at_level("INFO", logger="elmokit.configs"):
+        assert TaggerConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+        assert caplog.records == []
+        data = config.to_dict()
+        del data["word_dim"]
+        TaggerConfig.from_dict(data)
+    assert [r.getMessage() for r in caplog.records] == [
+        "tagger config field 'word_dim' missing (format_version 1); using the default 100"]

@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 
 from elmokit.io import atomic_directory
+from elmokit.progress import progress_bar
 from elmokit.representation import fingerprint
 
 logger = logging.getLogger(__name__)
@@ -49,12 +49,8 @@ def embed_in_chunks(
     description: str = "embedding",
 ) -> Iterator[tuple[int, list[np.ndarray]]]:
     """Yield ``(start, arrays)``: arrays[i] (L, n_tokens, D) float32 for sentences[start + i]."""
-    from tqdm import tqdm
-
-    if progress is None:
-        progress = sys.stderr.isatty()
     total_tokens = sum(len(s) for s in sentences)
-    with tqdm(total=total_tokens, unit="tok", desc=description, disable=not progress, file=sys.stderr) as bar:
+    with progress_bar(total=total_tokens, unit="tok", desc=description, disable=progress is False) as bar:
         for start in range(0, len(sentences), chunk_size):
             chunk = sentences[start : start + chunk_size]
             arrays = rep.embed(chunk)

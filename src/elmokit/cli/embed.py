@@ -27,7 +27,8 @@ def register(subparsers) -> None:
         "keyed by line number (0-based), in the layout of the old `allennlp elmo` command. The output is "
         "written under a temporary name beside it (.OUTPUT.elmokit-tmp-HOST-PID) and renamed at the end: "
         "an interrupted run (Ctrl-C, SIGTERM) removes it and leaves an existing OUTPUT as it was; one left by "
-        "a killed run is removed by the next run for the same OUTPUT.",
+        "a killed run is removed by the next run for the same OUTPUT. Shapes: L+1 layers (the token layer and the L "
+        "biLSTM layers), n tokens of the line, 2P values per vector (the model's output width: 1024 for the original).",
     )
     parser.add_argument("input_file", help="UTF-8 text, one sentence per line (whitespace-tokenised, or raw text "
                         "for a model trained with a segmenter such as jieba); '-' reads standard input")
@@ -35,8 +36,8 @@ def register(subparsers) -> None:
     layers = parser.add_mutually_exclusive_group()
     parser.set_defaults(output_format="all")
     layers.add_argument("--all", dest="output_format", action="store_const", const="all",
-                        help="all layers: (L+1, n, 2P) (the default)")
-    layers.add_argument("--top", dest="output_format", action="store_const", const="top", help="top layer: (n, 2P)")
+                        help="all layers: an (L+1, n, 2P) dataset per line (the default)")
+    layers.add_argument("--top", dest="output_format", action="store_const", const="top", help="top layer only: (n, 2P)")
     layers.add_argument("--average", dest="output_format", action="store_const", const="average",
                         help="mean of the layers: (n, 2P)")
     add_model_arguments(parser)

@@ -37,6 +37,7 @@ import numpy as np
 
 from elmokit.errors import UserError
 from elmokit.io import atomic_directory
+from elmokit.progress import progress_bar
 
 FORMAT_VERSION = 1
 META_NAME = "meta.json"
@@ -169,9 +170,7 @@ class NeighborIndex:
             ]
             starts = range(0, len(sentences), batch_sentences)
             if progress:
-                from tqdm import tqdm
-
-                starts = tqdm(starts, desc=f"indexing with {rep.name}", unit="batch")
+                starts = progress_bar(starts, desc=f"indexing with {rep.name}", unit="batch")
             for start in starts:
                 batch = sentences[start : start + batch_sentences]
                 for i, array in enumerate(rep.embed(batch), start):  # array (L, n_i, D)

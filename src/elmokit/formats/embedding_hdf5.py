@@ -39,6 +39,7 @@ import numpy as np
 
 from elmokit.errors import UserError
 from elmokit.io import atomic_path
+from elmokit.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -262,14 +263,13 @@ def embed_file(
 def _embed(embedder, source, name, output_path, *, output_format, use_sentence_keys, forget_sentences,
            allow_empty_lines, progress) -> EmbedFileSummary:
     import h5py
-    from tqdm import tqdm
 
     total = scan_input(source, use_sentence_keys=use_sentence_keys, allow_empty_lines=allow_empty_lines, name=name)
     record_index = not (forget_sentences or use_sentence_keys)
     sentence_to_index: dict[str, str] = {}
     sentences = tokens = 0
     started = time.perf_counter()
-    bar = tqdm(total=total, unit="sent", disable=None if progress is None else not progress, desc="embed")
+    bar = progress_bar(total=total, unit="sent", disable=progress is False, desc="embed")
     with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out:
         # Stateful runs must see the file in order (the state flows from line to line); stateless
         # runs are batched by length, and every line still lands under its own key.
