@@ -42,7 +42,8 @@ def test_without_a_total_the_line_has_count_and_rate_and_the_postfix():
         clock.now += 5.0
         bar.set_postfix(pairs="1.2M")
         bar.update(1500)
-    assert stream.getvalue().splitlines() == ["counting: 1,500 tok, 300 tok/s, pairs=1.2M", "counting: 1,500 tok in 0:05 (300 tok/s)"]
+    assert stream.getvalue().splitlines() == ["counting: 1,500 tok, 300 tok/s, pairs=1.2M",
+                                              "counting: 1,500 tok in 0:05 (300 tok/s)"]
 
 
 def test_a_step_shorter_than_the_interval_writes_nothing():

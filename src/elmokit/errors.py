@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 
-
 __all__ = ["UserError", "where"]
 
 
