@@ -214,3 +214,22 @@ def test_a_complete_saved_config_loads_without_a_missing_field_note(caplog):
         TaggerConfig.from_dict(data)
     assert [r.getMessage() for r in caplog.records] == [
         "tagger config field 'word_dim' missing (format_version 1); using the default 100"]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_third_party_warnings_are_silenced_unless_verbose(verbose):
+    """transformers' load report is a WARNING of its logger: at ERROR it is dropped (set before the import,
+    where transformers reads its verbosity), and Ray's C++ log level is set for the workers it starts."""
+    code = textwrap.dedent(f"""
+        import logging, os
+        from elmokit.cli.main import quiet_third_party
+        os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
+        quiet_third_party({verbose})
+        import transformers
+        report = logging.getLogger("transformers.utils.loading_report")
+        print(transformers.logging.get_verbosity(), report.isEnabledFor(logging.WARNING),
+              os.environ.get("RAY_BACKEND_LOG_LEVEL"))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == (["30", "True", "None"] if verbose else ["40", "False", "fatal"])

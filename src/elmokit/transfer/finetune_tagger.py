@@ -324,7 +324,7 @@ def finetune_tagger(
                   "seconds": round(time.perf_counter() - started, 2), "learning_rate": scheduler.get_last_lr()[0]}
         tagger.history.append(record)
         name = "F1" if task == "ner" else "accuracy"
-        log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev {name} {dev_score:.4f} ({record['seconds']:.1f}s)")
+        log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev {name} {100 * dev_score:.2f} ({record['seconds']:.1f}s)")
         if dev_score > best_score:
             best_score, tagger.best_epoch, stale = dev_score, epoch, 0
             best_state = copy.deepcopy(model.state_dict())

@@ -142,7 +142,7 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
                   "seconds": round(time.perf_counter() - started, 2), "mixing_weights": tagger.mixing_weights()}
         tagger.history.append(record)
         name = "F1" if config.task == "ner" else "accuracy"
-        log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev {name} {dev_score:.4f} "
+        log(f"epoch {epoch}: train loss {record['train_loss']:.4f}, dev {name} {100 * dev_score:.2f} "
             f"({record['seconds']:.1f}s)")
         if dev_score > best_score:
             best_score, best_epoch, stale = dev_score, epoch, 0
