@@ -53,7 +53,8 @@ def test_top_level_help_lists_every_command_and_all_ten_objectives_without_impor
 
 
 @pytest.mark.parametrize("argv", [("tag", "train", "--help"), ("eval", "probe", "--help"), ("static", "train", "--help"),
-                                  ("embed", "--help"), ("cove", "train", "--help"), ("neighbors", "index", "--help")])
+                                  ("embed", "--help"), ("cove", "train", "--help"), ("neighbors", "index", "--help"),
+                                  ("pretrain", "--help")])
 def test_a_command_s_help_imports_neither_torch_nor_the_libraries(argv):
     found = modules_after(*argv)
     assert found["status"] == 0 and f"elmokit {' '.join(argv[:-1])}" in found["out"]
@@ -64,6 +65,20 @@ def test_the_objectives_named_in_the_help_are_the_registry_s():
     from elmokit.pretraining.objectives import OBJECTIVES
 
     assert sorted(PRETRAIN_OBJECTIVES) == sorted(OBJECTIVES) and len(PRETRAIN_OBJECTIVES) == 10
+
+
+def test_pretrain_help_shows_pretrain_config_s_own_defaults():
+    """The defaults are read from PretrainConfig's source (no torch); compared here with the dataclass itself."""
+    import dataclasses
+
+    from elmokit.cli.pretrain import PRETRAIN_FLAGS
+    from elmokit.pretraining.run import PretrainConfig
+
+    read = common.dataclass_defaults("elmokit.pretraining.run", "PretrainConfig")
+    real = {f.name: f.default for f in dataclasses.fields(PretrainConfig) if f.default is not dataclasses.MISSING}
+    assert read == real and set(PRETRAIN_FLAGS) <= set(read)
+    sub = next(sub for path, sub in leaf_parsers(build_parser(["pretrain"])) if path == ("pretrain",))
+    assert sub._option_string_actions["--lr"].help.endswith(f"(default: {real['lr']})")
 
 
 def test_importing_elmokit_imports_no_torch_until_a_name_is_used():

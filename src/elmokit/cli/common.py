@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from elmokit.errors import UserError
 from elmokit.representation import RepresentationError
@@ -19,6 +22,24 @@ USER_ERRORS = (UserError, FileNotFoundError)
 
 TOKENIZER_HELP = ("whitespace (str.split), regex (\\w+|[^\\w\\s]), or a word segmenter for text written without "
                   "spaces: jieba, rjieba, pkuseg (Chinese; pip install 'elmokit[zh]'), chars (every Han character a token)")
+
+
+def dataclass_defaults(module: str, class_name: str) -> dict[str, object]:
+    """The literal field defaults of the dataclass ``class_name`` in ``module``, read from its source with ``ast``
+    so that a command's ``--help`` shows them without importing the module (and torch). Fields whose default is
+    not a literal (``field(default_factory=...)``) are left out."""
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    body = next(node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name)
+    defaults = {}
+    for node in body:
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None
+                and "ClassVar" not in ast.unparse(node.annotation)):  # a class constant, not a field
+            try:
+                defaults[node.target.id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return defaults
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:

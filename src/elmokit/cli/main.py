@@ -20,10 +20,9 @@ from collections.abc import Iterable
 
 from elmokit import __version__
 from elmokit.errors import UserError
+from elmokit.pretraining.names import OBJECTIVE_NAMES
 
-# The pretraining objectives of `elmokit pretrain --objective` (the registry's keys, named here so that the
-# top-level help needs no torch; a test compares them with elmokit.pretraining's table).
-PRETRAIN_OBJECTIVES = ("bert", "roberta", "wwm", "spanbert", "ernie", "xlnet", "unilm", "mass", "gpt", "gpt2")
+PRETRAIN_OBJECTIVES = OBJECTIVE_NAMES  # `elmokit pretrain --objective`, listed without importing torch
 
 # command -> (module, one-line help), in the order `elmokit --help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -13,14 +13,21 @@ The library does the work (``elmokit.pretraining.run.pretrain``); this module ma
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
 import sys
 
-from elmokit.cli.common import CORES_THREADS_HELP, apply_threads, non_negative_int, positive_float, positive_int
+from elmokit.cli.common import (
+    CORES_THREADS_HELP,
+    apply_threads,
+    dataclass_defaults,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from elmokit.cli.training_common import SettingError, run_training_command
+from elmokit.pretraining.names import OBJECTIVE_NAMES
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
 # shows PretrainConfig's default.
@@ -60,25 +67,23 @@ PRETRAIN_FLAGS = {
 }
 
 
-def _default_text(field_name: str) -> str:
-    from elmokit.pretraining.run import PretrainConfig
-
-    default = {f.name: f.default for f in dataclasses.fields(PretrainConfig)}[field_name]
+def _default_text(defaults: dict, field_name: str) -> str:
+    default = defaults[field_name]
     return "none" if default is None else str(default)
 
 
 def register(subparsers) -> None:
-    from elmokit.pretraining.objectives import OBJECTIVES
-
+    defaults = dataclass_defaults("elmokit.pretraining.run", "PretrainConfig")  # without importing torch
     parser = subparsers.add_parser(
         "pretrain",
-        help="pretrain a transformer (BERT, RoBERTa, WWM, SpanBERT, GPT, GPT-2) on a corpus (resumable, torchrun)",
+        help="pretrain a transformer (BERT, RoBERTa, WWM, SpanBERT, ERNIE, XLNet, UniLM, MASS, GPT, GPT-2) on a corpus "
+        "(resumable, torchrun)",
         description="Pretrain a transformers model with one of the objectives that followed ELMo, on the training "
         "loop `elmokit train` uses. The run folder --out records the command, the resolved config, the tokenizer, "
         "metrics (metrics.jsonl), checkpoints, and at the end a standard HF model folder (--out/model) that "
-        "`--model DIR` reads. Objectives: " + "; ".join(f"{k}: {v.summary}" for k, v in OBJECTIVES.items()),
+        "`--model DIR` reads. Objectives: " + ", ".join(OBJECTIVE_NAMES) + " (docs/pretraining.md describes each).",
     )
-    parser.add_argument("--objective", choices=sorted(OBJECTIVES), default=None,
+    parser.add_argument("--objective", choices=sorted(OBJECTIVE_NAMES), default=None,
                         help="the pretraining objective (default: the resumed run's)")
     parser.add_argument("--corpus", action="append", default=None,
                         help="training files or glob (plain, .xz, .gz): one paragraph a line, documents separated by a "
@@ -88,7 +93,8 @@ def register(subparsers) -> None:
     parser.add_argument("--sbo", action="store_true", default=None,
                         help="spanbert: add the span boundary objective (default: off)")
     for field_name, (flag, kind, text) in PRETRAIN_FLAGS.items():
-        parser.add_argument(flag, dest=field_name, type=kind, default=None, help=f"{text} (default: {_default_text(field_name)})")
+        parser.add_argument(flag, dest=field_name, type=kind, default=None,
+                            help=f"{text} (default: {_default_text(defaults, field_name)})")
     parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.set_defaults(func=lambda args: run_training_command("pretrain", run, args))
