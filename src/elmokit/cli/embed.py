@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from elmokit.cli.common import (
@@ -148,7 +149,8 @@ def run_sharded(args: argparse.Namespace) -> int:
                                                  "token_cache_size": args.token_cache},
                         input_file=args.input_file, outdir=args.output_file, settings=settings, actors=args.actors,
                         threads=args.threads or 1, address=args.ray_address,
-                        tokenizer=getattr(args, "tokenizer", None))
+                        tokenizer=getattr(args, "tokenizer", None),
+                        init_options=None if args.verbose else {"logging_level": logging.WARNING})
     index = run_job(args.input_file, args.output_file, settings=settings, shard_lines=args.shard_lines, runner=runner,
                     model_name=embedder.name, num_layers=embedder.num_layers, dim=embedder.dim)
     print(f"elmokit embed --ray: {len(index['shards'])} shards, {index['input_lines']} lines in {args.output_file}",

@@ -117,13 +117,13 @@ def finish_command_parsers(parser: argparse.ArgumentParser, command: str) -> Non
 
 def quiet_third_party(verbose: bool) -> None:
     """Unless ``--verbose``: the libraries' loggers at ERROR (set before they are imported, where they read
-    the environment: transformers' verbosity, Ray's C++ core worker log level)."""
+    the environment: transformers' verbosity, Ray Data's log level)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if verbose:
         return
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+    os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")  # Ray Data's per-dataset progress and plan lines
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
 
