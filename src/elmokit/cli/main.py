@@ -105,7 +105,10 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
 def finish_command_parsers(parser: argparse.ArgumentParser, command: str) -> None:
     """Every parser of ``command`` (its actions too, ``tag train``...) shows defaults in its help, takes
     ``--verbose``, and records its full name for error messages."""
-    parser.formatter_class = DefaultsHelpFormatter
+    own = parser.formatter_class
+    if not issubclass(own, DefaultsHelpFormatter):  # keep what the command chose (a raw epilog table, say)
+        parser.formatter_class = DefaultsHelpFormatter if own is argparse.HelpFormatter else \
+            type(f"Defaults{own.__name__}", (DefaultsHelpFormatter, own), {})
     if "--verbose" not in parser._option_string_actions:
         parser.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     parser.set_defaults(command_name=command)
