@@ -22,8 +22,6 @@ from elmokit import __version__
 from elmokit.errors import UserError
 from elmokit.pretraining.names import OBJECTIVE_NAMES
 
-PRETRAIN_OBJECTIVES = OBJECTIVE_NAMES  # `elmokit pretrain --objective`, listed without importing torch
-
 # command -> (module, one-line help), in the order `elmokit --help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("elmokit.cli.embed", "embed a file of sentences (one whitespace-tokenised sentence per line) into HDF5"),
@@ -33,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vocab": ("elmokit.cli.vocab", "count a corpus and write the output vocabulary (bilm-tf format)"),
     "train": ("elmokit.cli.train", "train a biLM language model on a corpus (resumable, torchrun for data parallelism)"),
     "pretrain": ("elmokit.cli.pretrain", "pretrain a transformer on a corpus (resumable, torchrun); objectives: "
-                 + ", ".join(PRETRAIN_OBJECTIVES)),
+                 + ", ".join(OBJECTIVE_NAMES)),
     "distill": ("elmokit.cli.distill", "distil a BERT teacher folder into a half-depth DistilBERT student"),
     "perplexity": ("elmokit.cli.perplexity", "forward/backward/average perplexity of a trained biLM on a corpus (full softmax)"),
     "static": ("elmokit.cli.static", "static word vectors: word2vec, fastText, GloVe, LSA, Doc2Vec"),
@@ -58,21 +56,22 @@ QUIET_LOGGERS = ("transformers", "tokenizers", "huggingface_hub", "datasets", "r
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
-    """Appends ``(default: X)`` to every option's help that does not state its default already; flags
-    (``store_true``), required options, positionals and options without a default are left as written."""
+    """Appends ``(default: X)`` to the help of every option that takes a value and does not state its default
+    itself (``none`` when it is None: not given). Positionals, required options and flags are left as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or "%(default)" in text or not action.option_strings or action.required:
+        if (not action.option_strings or action.required or action.nargs == 0 or action.default is argparse.SUPPRESS
+                or "default" in text):
             return text
-        if action.default is argparse.SUPPRESS or isinstance(action, (argparse._StoreTrueAction,
-                                                                              argparse._StoreFalseAction,
-                                                                              argparse._StoreConstAction,
-                                                                              argparse._HelpAction,
-                                                                              argparse._VersionAction)):
-            return text
-        shown = {None: "none", "": "''"}.get(action.default, "%(default)s") if not isinstance(action.default, list) \
-            else ",".join(map(str, action.default))
+        if action.default is None:
+            shown = "none"
+        elif action.default == "":
+            shown = "''"
+        elif isinstance(action.default, list):
+            shown = ",".join(map(str, action.default))
+        else:
+            shown = "%(default)s"
         return f"{text} (default: {shown})" if text else f"default: {shown}"
 
 

@@ -47,6 +47,7 @@ from torch import nn
 from elmokit.configs import config_from_dict
 from elmokit.errors import UserError
 from elmokit.nn.functional import invariant_linear, sigmoid
+from elmokit.transfer.cove_presets import PRESETS  # noqa: F401 (public here, beside CoveConfig)
 
 FORMAT_VERSION = 1
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
