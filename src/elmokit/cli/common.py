@@ -112,9 +112,9 @@ def add_tokenizer_argument(group, *, default: str | None = None, default_help: s
                        help=f"{help_prefix}{TOKENIZER_HELP} (default: {default_help})")
 
 
-# Below this many parameters a model's matrices are too small for a second thread to pay for its
-# synchronisation: on a shared 2-core machine the biLM presets tiny (10k), compact (1.1M) and small (5.4M)
-# all ran their forward pass faster on 1 thread than on 2 (docs: "Choosing --threads").
+# Below this many parameters a model's matrices are too small for a second thread to gain much (the biLM presets
+# tiny and compact), while a thread that waits for a busy core stalls every step; benchmarks/thread_threshold.py
+# measures where more threads start to pay.
 SMALL_MODEL_PARAMETERS = 2_000_000
 CORES_THREADS_HELP = "CPU threads for torch (default: as many as the cores this process may run on, from its CPU affinity)"
 THREADS_HELP = ("CPU threads for torch (default: as many as the cores this process may run on, from its CPU affinity; "
