@@ -187,3 +187,11 @@ def test_a_real_tiny_squad_run_with_the_shipped_model(tmp_path, capsys):
     assert code == 0
     run = json.loads((tmp_path / "out" / "runs" / "elmo_default" / "squad.seed0.json").read_text(encoding="utf-8"))
     assert run["sizes"] == {"train": 64, "dev": 32, "test": 32} and 0 <= run["test"]["f1"] <= 100
+
+
+def test_the_command_lines_task_table_is_the_evaluations():
+    """``eval glue --help`` lists the tasks from a torch-free table; it must name exactly the evaluation's tasks."""
+    from elmokit.evaluation.datasets import GLUE_TASKS
+    from elmokit.evaluation.glue import DEFAULT_TASKS, TASKS
+
+    assert GLUE_TASKS == tuple(TASKS) == DEFAULT_TASKS

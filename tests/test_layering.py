@@ -32,7 +32,7 @@ SRC = Path(elmokit.__file__).resolve().parent
 # layer -> the folders and top-level modules in it (dotted, relative to elmokit; "" is elmokit/__init__.py).
 # A module belongs to the longest unit that prefixes it ("training.lm" before "training").
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundation": ("errors", "io", "configs", "data_paths", "text", "nn"),
+    "foundation": ("errors", "io", "configs", "data_paths", "progress", "text", "nn"),
     # the biLM, its config, its LM head beside it, and the LM's perplexity: a measure the trainer validates
     # with, reading only the model and text (the rest of evaluation/ sits high)
     "model": ("bilm_config", "bilm", "evaluation.perplexity"),

@@ -32,7 +32,7 @@ def config_from_dict(cls: type[ConfigT], data: dict[str, Any], what: str = "conf
     if unknown:
         raise ValueError(f"{what} has unknown fields {unknown}")
     for field in fields:
-        if field.name not in data:
+        if field.name not in data and field.name != "format_version":  # read above, not missing
             logger.info("%s field %r missing (format_version %s); using the default %r", what, field.name, version, field.default)
     return cls(**data)
 

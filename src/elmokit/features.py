@@ -28,17 +28,16 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from elmokit.errors import InputNotFound
 from elmokit.io import atomic_directory
+from elmokit.progress import progress_bar
 from elmokit.representation import fingerprint
 
 logger = logging.getLogger(__name__)
@@ -51,10 +50,8 @@ def embed_in_chunks(
     description: str = "embedding",
 ) -> Iterator[tuple[int, list[np.ndarray]]]:
     """Yield ``(start, arrays)``: arrays[i] (L, n_tokens, D) float32 for sentences[start + i]."""
-    if progress is None:
-        progress = sys.stderr.isatty()
     total_tokens = sum(len(s) for s in sentences)
-    with tqdm(total=total_tokens, unit="tok", desc=description, disable=not progress, file=sys.stderr) as bar:
+    with progress_bar(total=total_tokens, unit="tok", desc=description, disable=progress is False) as bar:
         for start in range(0, len(sentences), chunk_size):
             chunk = sentences[start : start + chunk_size]
             arrays = rep.embed(chunk)

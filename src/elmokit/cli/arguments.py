@@ -23,6 +23,7 @@ from elmokit.cli.common import (
     positive_int,
     probability,
 )
+from elmokit.tasks.modes import ELMO_MODES
 
 
 def add_representation_arguments(parser: argparse.ArgumentParser, *, vectors: bool = True,
@@ -78,8 +79,6 @@ def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
                        help="CRF or per-token softmax (default: crf; --recipe finetune: softmax, BERT §5.3's linear layer)")
     model.add_argument("--scheme", choices=("BIO", "BIOES"), default="BIO",
                        help="NER: train in this label scheme (predictions and scores are always BIO/IOB2)")
-    from elmokit.tasks.tagger.model import ELMO_MODES
-
     modes = [mode for mode in ELMO_MODES if mode != "none"]  # --no-elmo is the baseline
     model.add_argument("--elmo", choices=modes, default="mix", metavar="MODE",
                        help="how the layers become features: " + "; ".join(f"{m}: {ELMO_MODES[m]}" for m in modes))

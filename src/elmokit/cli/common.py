@@ -3,18 +3,46 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import importlib.util
 import logging
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
-from elmokit.errors import as_user_error
-from elmokit.representation import RepresentationError
+from elmokit.errors import UserError, as_user_error
 from elmokit.text.corpus import TOKENIZER_KINDS
 
 TOKENIZER_HELP = ("whitespace (str.split), regex (\\w+|[^\\w\\s]), or a word segmenter for text written without "
                   "spaces: jieba, rjieba, pkuseg (Chinese; pip install 'elmokit[zh]'), chars (every Han character a token)")
+
+
+def dataclass_defaults(module: str, class_name: str) -> dict[str, object]:
+    """The literal field defaults of the dataclass ``class_name`` in ``module``, read from its source with ``ast``
+    so that a command's ``--help`` shows them without importing the module (and torch). A default given through
+    a call (``resumable(1000)``, ``field(default=2)``) counts by its literal argument; fields whose default is
+    not a literal (``field(default_factory=...)``) are left out."""
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    body = next(node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name)
+    defaults = {}
+    for node in body:
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None
+                and "ClassVar" not in ast.unparse(node.annotation)):  # a class constant, not a field
+            value = node.value
+            if isinstance(value, ast.Call):  # resumable(X) / field(default=X)
+                given = [k.value for k in value.keywords if k.arg == "default"] or value.args[:1]
+                if not given:
+                    continue
+                value = given[0]
+            try:
+                defaults[node.target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    return defaults
 
 
 def counted(n: int, noun: str, plural: str | None = None) -> str:
@@ -71,9 +99,10 @@ def number_list(item):
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model (default: the shipped default model)")
     group.add_argument("--model", default=None,
-                       help="'default', a native model folder, or a folder with options.json + weights.hdf5")
-    group.add_argument("--options-file", default=None, help="original options.json (with --weight-file)")
-    group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file)")
+                       help="'default', a native model folder, or a folder with options.json + weights.hdf5 "
+                       "(default: the shipped default model)")
+    group.add_argument("--options-file", default=None, help="original options.json (with --weight-file; default: none)")
+    group.add_argument("--weight-file", default=None, help="original weights.hdf5 (with --options-file; default: none)")
     group.add_argument("--initial-state", choices=("zero", "warm"), default="zero",
                        help="where every sentence's LSTM state starts: zero (default) or the model's warm state "
                        "(warm_state.safetensors, written by `elmokit warm-state`)")
@@ -86,13 +115,38 @@ def add_tokenizer_argument(group, *, default: str | None = None, default_help: s
                        help=f"{help_prefix}{TOKENIZER_HELP} (default: {default_help})")
 
 
+# Below this many parameters a model's matrices are too small for a second thread to gain much (the biLM presets
+# tiny and compact), while a thread that waits for a busy core stalls every step; benchmarks/thread_threshold.py
+# measures where more threads start to pay.
+SMALL_MODEL_PARAMETERS = 2_000_000
+CORES_THREADS_HELP = "CPU threads for torch (default: as many as the cores this process may run on, from its CPU affinity)"
+THREADS_HELP = ("CPU threads for torch (default: as many as the cores this process may run on, from its CPU affinity; "
+                f"1 for a model under {SMALL_MODEL_PARAMETERS // 1_000_000}M parameters, too small to gain from more)")
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on (``taskset``, a container's or a batch system's cpuset), not the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def default_threads(parameters: int | None = None) -> int:
+    """The thread count ``--threads`` defaults to: 1 for a model under ``SMALL_MODEL_PARAMETERS``
+    parameters, else the cores this process may run on (``available_cores``)."""
+    if parameters is not None and parameters < SMALL_MODEL_PARAMETERS:
+        return 1
+    return available_cores()
+
+
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
 
 
 def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="fp32: exact (default); bf16: about 2x faster, ~1e-2 relative error (see docs/benchmarks.md)")
+                        help="fp32: exact (default); bf16: faster, about 1e-2 absolute error per value (see docs/benchmarks.md)")
     parser.add_argument("--token-cache", type=non_negative_int, default=20_000, metavar="N",
                         help="cache the token vectors of N spellings (exact; 0 disables; default 20000)")
 
@@ -105,7 +159,7 @@ def load_representation(args: argparse.Namespace, *, stateful: bool = False, bat
     vectors = getattr(args, "vectors", None)
     if getattr(args, "no_elmo", False):
         if args.model or args.options_file or vectors:
-            raise RepresentationError("--no-elmo takes no --model, --options-file or --vectors")
+            raise UserError("--no-elmo takes no --model, --options-file or --vectors")
         return None, {}
     return _load_from_flags(args, vectors, stateful=stateful, batch_size=batch_size, default_model=default_model)
 
@@ -122,15 +176,41 @@ def _load_from_flags(args, vectors, *, stateful, batch_size, default_model="defa
     spec = spec_from_flags(model=args.model, options_file=args.options_file, weight_file=args.weight_file,
                            vectors=vectors, initial_state=getattr(args, "initial_state", "zero"),
                            default_model=default_model)
-    return load(spec, stateful=stateful, batch_size=batch_size, precision=getattr(args, "precision", "fp32"),
-                token_cache_size=getattr(args, "token_cache", 20_000)), spec
+    representation = load(spec, stateful=stateful, batch_size=batch_size, precision=getattr(args, "precision", "fp32"),
+                          token_cache_size=getattr(args, "token_cache", 20_000))
+    apply_model_threads(args, representation)
+    return representation, spec
 
 
-def apply_threads(args: argparse.Namespace) -> None:
+def apply_threads(args: argparse.Namespace, parameters: int | None = None) -> int:
+    """Set torch's threads: ``--threads``, else ``default_threads(parameters)``; returns the count set."""
+    import torch
+
+    threads = getattr(args, "threads", None) or default_threads(parameters)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def bilm_parameters(config) -> int:
+    """The parameters of a biLM of ``config`` (a ``BiLMConfig``), counted on the meta device (no memory)."""
+    import torch
+
+    from elmokit.bilm import BiLM
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in BiLM(config).parameters())
+
+
+def apply_model_threads(args: argparse.Namespace, model) -> int | None:
+    """Once the model is loaded: without ``--threads``, 1 thread for a model too small to gain from more
+    (``model``: a torch module, or an object holding one as ``bilm`` or ``model``)."""
     if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
+        return None
+    module = next((m for m in (model, getattr(model, "bilm", None), getattr(model, "model", None))
+                   if callable(getattr(m, "parameters", None))), None)
+    if module is None:
+        return None
+    return apply_threads(args, sum(p.numel() for p in module.parameters()))
 
 
 class Terminated(KeyboardInterrupt):

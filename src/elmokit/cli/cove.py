@@ -26,6 +26,7 @@ from elmokit.cli.common import (
     run_reporting_errors,
 )
 from elmokit.errors import InputNotFound
+from elmokit.transfer.cove_presets import PRESETS
 
 
 def register(subparsers) -> None:
@@ -47,8 +48,6 @@ def _book_list(text: str) -> list[int]:
 
 
 def _register_train(sub) -> None:
-    from elmokit.transfer.cove import PRESETS
-
     p = sub.add_parser("train", help="train the MT model; checkpoints, exact --resume, BLEU on held-out books at the end",
                        description="Trains a 2-layer biLSTM encoder over frozen word vectors with an attentional LSTM "
                        "decoder (McCann et al. 2017) on line-aligned parallel files.")
@@ -124,9 +123,11 @@ def _run(command, func, args) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
+
     from elmokit.engine.run_folder import RunFolder
     from elmokit.transfer.cove import PRESETS, CoveConfig
     from elmokit.transfer.cove_train import RUN_KIND, CoveTrainingConfig, train_cove
+
 
     apply_threads(args)
     folder = RunFolder.open(args.out, kind=RUN_KIND, resume=args.resume)  # refused here when it does not fit

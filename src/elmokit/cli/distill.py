@@ -8,7 +8,16 @@ import dataclasses
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.common import (
+    CORES_THREADS_HELP,
+    apply_threads,
+    dataclass_defaults,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_reporting_errors,
+)
 from elmokit.cli.training_common import SettingError, add_config_flags
 
 # flag -> DistillRunConfig field; flags default to None ("not given"), so --resume can tell
@@ -28,8 +37,6 @@ RUN_FLAGS = {
 
 
 def register(subparsers) -> None:
-    from elmokit.pretraining.distill import DistillRunConfig
-
     parser = subparsers.add_parser(
         "distill",
         help="distil a BERT teacher folder into a half-depth DistilBERT student (resumable)",
@@ -44,7 +51,7 @@ def register(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
     parser.add_argument("--corpus", action="append", default=None,
                         help="text file, one segment a line; repeatable (default: the resumed run's)")
-    add_config_flags(parser, RUN_FLAGS, DistillRunConfig)
+    add_config_flags(parser, RUN_FLAGS, dataclass_defaults("elmokit.pretraining.distill", "DistillRunConfig"))
     parser.add_argument("--temperature", type=positive_float, default=2.0, help="softmax temperature T (default: 2.0)")
     parser.add_argument("--alpha-ce", type=non_negative_float, default=5.0, help="weight of the soft cross-entropy (default: 5)")
     parser.add_argument("--alpha-mlm", type=non_negative_float, default=2.0, help="weight of the MLM loss (default: 2)")
@@ -53,18 +60,15 @@ def register(subparsers) -> None:
                         help="weight of TinyBERT's layer-to-layer hidden MSE (default: 0 = off)")
     parser.add_argument("--tinybert-attention", type=non_negative_float, default=0.0,
                         help="weight of TinyBERT's attention MSE (default: 0 = off)")
-    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
     parser.set_defaults(func=lambda args: run_reporting_errors("distill", run, args))
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from elmokit.engine.run_folder import RunFolder
     from elmokit.pretraining.distill import RUN_KIND, DistillationConfig, DistillRunConfig, distill
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     folder = RunFolder.open(args.out, kind=RUN_KIND, resume=args.resume)
     saved = folder.record if args.resume and folder.record is not None else {}
     base = {k: v for k, v in saved.get("distill", {}).items() if k != "format_version"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from elmokit.cli.common import (
@@ -27,7 +28,8 @@ def register(subparsers) -> None:
         "keyed by line number (0-based), in the layout of the old `allennlp elmo` command. The output is "
         "written under a temporary name beside it (.OUTPUT.elmokit-tmp-HOST-PID) and renamed at the end: "
         "an interrupted run (Ctrl-C, SIGTERM) removes it and leaves an existing OUTPUT as it was; one left by "
-        "a killed run is removed by the next run for the same OUTPUT.",
+        "a killed run is removed by the next run for the same OUTPUT. Shapes: L+1 layers (the token layer and the L "
+        "biLSTM layers), n tokens of the line, 2P values per vector (the model's output width: 1024 for the original).",
     )
     parser.add_argument("input_file", help="UTF-8 text, one sentence per line (whitespace-tokenised, or raw text "
                         "for a model trained with a segmenter such as jieba); '-' reads standard input")
@@ -35,8 +37,8 @@ def register(subparsers) -> None:
     layers = parser.add_mutually_exclusive_group()
     parser.set_defaults(output_format="all")
     layers.add_argument("--all", dest="output_format", action="store_const", const="all",
-                        help="all layers: (L+1, n, 2P) (the default)")
-    layers.add_argument("--top", dest="output_format", action="store_const", const="top", help="top layer: (n, 2P)")
+                        help="all layers: an (L+1, n, 2P) dataset per line (the default)")
+    layers.add_argument("--top", dest="output_format", action="store_const", const="top", help="top layer only: (n, 2P)")
     layers.add_argument("--average", dest="output_format", action="store_const", const="average",
                         help="mean of the layers: (n, 2P)")
     add_model_arguments(parser)
@@ -146,7 +148,8 @@ def run_sharded(args: argparse.Namespace) -> int:
                                                  "token_cache_size": args.token_cache},
                         input_file=args.input_file, outdir=args.output_file, settings=settings, actors=args.actors,
                         threads=args.threads or 1, address=args.ray_address,
-                        tokenizer=getattr(args, "tokenizer", None))
+                        tokenizer=getattr(args, "tokenizer", None),
+                        init_options=None if args.verbose else {"logging_level": logging.WARNING})
     index = run_job(args.input_file, args.output_file, settings=settings, shard_lines=args.shard_lines, runner=runner,
                     model_name=embedder.name, num_layers=embedder.num_layers, dim=embedder.dim)
     print(f"elmokit embed --ray: {len(index['shards'])} shards, {index['input_lines']} lines in {args.output_file}",

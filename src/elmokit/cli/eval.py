@@ -61,7 +61,7 @@ def register(subparsers) -> None:
 
 
 def _register_similarity(sub) -> None:
-    from elmokit.evaluation.word_similarity import ANALOGY_DATASETS, DEFAULT_ANALOGY, DEFAULT_SIMILARITY, SIMILARITY_DATASETS
+    from elmokit.evaluation.datasets import ANALOGY_DATASETS, DEFAULT_ANALOGY, DEFAULT_SIMILARITY, SIMILARITY_DATASETS
 
     p = sub.add_parser(
         "similarity", help="Spearman on word-similarity sets, accuracy on analogy sets",
@@ -140,7 +140,7 @@ def run_similarity(args: argparse.Namespace) -> int:
 
 
 def _register_tagging(sub, task: str) -> None:
-    from elmokit.evaluation.tagging import CHINESE_DATASETS, CWS_DATASETS, NER_DATASETS, POS_DATASETS
+    from elmokit.evaluation.datasets import CHINESE_DATASETS, CWS_DATASETS, NER_DATASETS, POS_DATASETS
 
     datasets = {"pos": POS_DATASETS, "ner": NER_DATASETS, "cws": CWS_DATASETS}[task]
     what = {"pos": "UPOS accuracy on UD English-EWT test (pd_pos: PKU-tag accuracy on People's Daily)",

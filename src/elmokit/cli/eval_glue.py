@@ -34,6 +34,7 @@ from elmokit.cli.common import (
     run_reporting_errors,
 )
 from elmokit.errors import UserError
+from elmokit.evaluation.datasets import GLUE_TASKS
 
 RECIPE_DEFAULTS = {"feature": {"epochs": 10, "patience": 3, "lr": 1e-3},
                    "finetune": {"epochs": 3, "patience": None, "lr": 5e-5}}
@@ -70,8 +71,6 @@ def _add_common(p, *, recipe_help: str, data_help: str, out_name: str) -> None:
 
 
 def register_glue(sub) -> None:
-    from elmokit.evaluation.glue import DEFAULT_TASKS, TASKS
-
     p = sub.add_parser(
         "glue", help="GLUE (CoLA, SST-2, MRPC, STS-B, RTE, WNLI) and SICK: one row per representation",
         description="Each task with its official metric (CoLA Matthews; SST-2, RTE, WNLI, SICK-E accuracy; MRPC "
@@ -84,7 +83,7 @@ def register_glue(sub) -> None:
                 "finetune: fine-tune each --model transformer folder with BERT's or GPT's pair input",
                 data_help="the folder holding glue/, sick/ and sst/ (default: $ELMOKIT_SHARED/data or ../shared/data)",
                 out_name="TASK")
-    p.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"comma-separated, from: {', '.join(TASKS)} "
+    p.add_argument("--tasks", default=",".join(GLUE_TASKS), help=f"comma-separated, from: {', '.join(GLUE_TASKS)} "
                    "(default: all)")
     p.add_argument("--architecture", choices=("infersent", "esim"), default="infersent",
                    help="feature: the pair model, InferSent's [u; v; |u-v|; u*v] of max-pooled BiLSTM states (default) "

@@ -74,8 +74,9 @@ def run_tag_train(args: argparse.Namespace, task: str, train, dev, test) -> int:
 
     refuse_feature_flags(args)
     settings = finetune_settings(args)
-    print(json.dumps({"recipe": "finetune", "model": args.model, "task": task, "output": settings["output"],
-                      "train": args.train, "train_sentences": len(train)}, indent=2), file=sys.stderr)
+    if args.verbose:  # the resolved settings, only when asked for
+        print(json.dumps({"recipe": "finetune", "model": args.model, "task": task, "output": settings["output"],
+                          "train": args.train, "train_sentences": len(train)}, indent=2), file=sys.stderr)
     tagger = finetune_tagger(args.model, train, dev, task=task, scheme=args.scheme, **settings,
                              log=logging.getLogger("elmokit.tag").info)
     save_and_report(tagger, args, task, test)

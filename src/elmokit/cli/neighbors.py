@@ -35,7 +35,7 @@ from elmokit.errors import InputNotFound
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "neighbors",
+        "neighbors", add_help=False,
         help="nearest occurrences of a word in context in a corpus, per layer (the paper's Table 4)",
         usage="elmokit neighbors [options] SENTENCE WORD_INDEX\n       elmokit neighbors index --corpus FILE --out DIR [options]",
         description="For the word at WORD_INDEX (0-based) of SENTENCE, list per layer the corpus occurrences "
@@ -43,6 +43,8 @@ def register(subparsers) -> None:
         "with --vectors, also the nearest types of a static table. `neighbors index` embeds a corpus once "
         "into --out so that queries never re-embed it.",
     )
+    parser.add_argument("-h", "--help", action=_NeighborsHelp, help="show this help message and exit "
+                        "(after `index`: the help of `neighbors index`)")
     parser.add_argument("query", nargs="*", metavar="SENTENCE WORD_INDEX",
                         help="the query sentence (one argument, quoted) and the position of the word; "
                         "or the single word `index` to build an index")
@@ -76,6 +78,33 @@ def register(subparsers) -> None:
     parser.set_defaults(func=lambda args: run_reporting_errors("neighbors", run, args))
 
 
+class _NeighborsHelp(argparse.Action):
+    """``neighbors --help``, and ``neighbors index --help``: the index form's usage and only its options."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "query", None) != ["index"]:
+            parser.print_help()
+            parser.exit()
+        formatter = parser._get_formatter()
+        formatter.add_usage("elmokit neighbors index --corpus FILE --out DIR [options]", None, [])
+        formatter.add_text("Embed every sentence of --corpus once and write the index to --out (a folder, replaced only "
+                           "when the run succeeds); query it with `elmokit neighbors SENTENCE WORD_INDEX --index DIR`.")
+        for group in parser._action_groups:
+            actions = [a for a in group._group_actions if a.option_strings and a.dest not in _QUERY_ONLY]
+            if actions and group.title != "query":
+                formatter.start_section(group.title)
+                formatter.add_arguments(actions)
+                formatter.end_section()
+        parser._print_message(formatter.format_help(), sys.stdout)
+        parser.exit()
+
+
+_QUERY_ONLY = {"index"}  # options of the query form outside its group
+
+
 def _read_corpus(args):
     from elmokit.text.corpus import Corpus, Tokenizer
 
@@ -99,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         source = {"corpus": str(args.corpus), "tokenizer": args.tokenizer, "max_sentences": args.max_sentences,
                   "max_tokens": args.max_tokens}
         index = NeighborIndex.build(rep, sentences, args.out, dtype=args.dtype, batch_sentences=args.batch_size,
-                                    progress=sys.stderr.isatty(), source=source, inputs=inputs)
+                                    progress=True, source=source, inputs=inputs)
         print(f"elmokit neighbors: indexed {counted(len(index.sentences), 'sentence')}, "
               f"{counted(len(index), 'occurrence')}, "
               f"{index.num_layers} layers of {index.dim} ({args.dtype}) with {rep.name} into {args.out}", file=sys.stderr)

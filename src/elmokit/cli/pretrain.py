@@ -18,8 +18,17 @@ import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_int, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.common import (
+    CORES_THREADS_HELP,
+    apply_threads,
+    dataclass_defaults,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_reporting_errors,
+)
 from elmokit.cli.training_common import SettingError, add_config_flags, interrupted
+from elmokit.pretraining.names import OBJECTIVE_NAMES
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
 # shows PretrainConfig's default.
@@ -81,18 +90,17 @@ PRETRAIN_FLAGS = {
 
 
 def register(subparsers) -> None:
-    from elmokit.pretraining.registry import OBJECTIVES
-    from elmokit.pretraining.run import PretrainConfig
-
+    defaults = dataclass_defaults("elmokit.pretraining.run", "PretrainConfig")  # without importing torch
     parser = subparsers.add_parser(
         "pretrain",
-        help="pretrain a transformer (BERT, RoBERTa, WWM, SpanBERT, GPT, GPT-2) on a corpus (resumable, torchrun)",
+        help="pretrain a transformer (BERT, RoBERTa, WWM, SpanBERT, ERNIE, XLNet, UniLM, MASS, GPT, GPT-2) on a corpus "
+        "(resumable, torchrun)",
         description="Pretrain a transformers model with one of the objectives that followed ELMo, on the training "
         "loop `elmokit train` uses. The run folder --out records the command, the resolved config, the tokenizer, "
         "metrics (metrics.jsonl), checkpoints, and at the end a standard HF model folder (--out/model) that "
-        "`--model DIR` reads. Objectives: " + "; ".join(f"{k}: {v.summary}" for k, v in OBJECTIVES.items()),
+        "`--model DIR` reads. Objectives: " + ", ".join(OBJECTIVE_NAMES) + " (docs/pretraining.md describes each).",
     )
-    parser.add_argument("--objective", choices=sorted(OBJECTIVES), default=None,
+    parser.add_argument("--objective", choices=sorted(OBJECTIVE_NAMES), default=None,
                         help="the pretraining objective (default: the resumed run's)")
     parser.add_argument("--corpus", action="append", default=None,
                         help="training files or glob (plain, .xz, .gz): one paragraph a line, documents separated by a "
@@ -101,8 +109,8 @@ def register(subparsers) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
     parser.add_argument("--sbo", action="store_true", default=None,
                         help="spanbert: add the span boundary objective (default: off)")
-    add_config_flags(parser, PRETRAIN_FLAGS, PretrainConfig)
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    add_config_flags(parser, PRETRAIN_FLAGS, defaults)
+    parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.set_defaults(func=lambda args: run_reporting_errors("pretrain", run, args))
 
@@ -134,12 +142,9 @@ def resolve(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from elmokit.pretraining.run import pretrain
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     config, corpus, folder = resolve(args)
     if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
         print("pretraining config:", json.dumps(config.to_dict()), file=sys.stderr)

@@ -4,7 +4,7 @@
     elmokit static neighbors --vectors runs/sgns king queen
 
 Every option left out takes the original tool's default for that algorithm (printed before
-training, and recorded in run.json); see elmokit.static.train for the table.
+training, and recorded in run.json); see elmokit.static.defaults for the table.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from elmokit.cli.common import (
     positive_int,
     run_reporting_errors,
 )
-from elmokit.static.train import ALGOS, DEFAULTS
+from elmokit.static.defaults import ALGOS, DEFAULTS
 
 
 def register(subparsers) -> None:
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 
 
 def _defaults_help() -> str:
-    lines = ["defaults per algorithm (those of word2vec.c, fastText, glove.c; see elmokit.static.train):"]
+    lines = ["defaults per algorithm (those of word2vec.c, fastText, glove.c; see elmokit.static.defaults):"]
     for algo in ALGOS:
         lines.append(f"  {algo}: " + ", ".join(f"{k}={v}" for k, v in DEFAULTS[algo].items()))
     return "\n".join(lines)
@@ -91,7 +91,11 @@ def _register_train(sub) -> None:
                    help="co-occurrence nonzeros held before spilling to disk")
     c.add_argument("--chunk-tokens", type=positive_int, default=None, help="co-occurrence: tokens windowed per chunk")
     p.add_argument("--quiet", action="store_true", help="only warnings on stderr")
-    p.set_defaults(func=lambda args: run_reporting_errors("static train", run_train, args))
+    p.set_defaults(func=run_train)
+    per_algo = {name for values in DEFAULTS.values() for name in values}
+    for action in p._actions:  # left out: the --algo's own default, from the table in the epilog
+        if action.dest in per_algo and action.default is None:
+            action.help = f"{action.help} (default: the --algo's, below)"
 
 
 def _register_neighbors(sub) -> None:

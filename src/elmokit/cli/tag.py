@@ -96,8 +96,9 @@ def _train(args: argparse.Namespace) -> int:
     for corpus in (train, dev, test):
         for note in (corpus.notes if corpus else []):
             logging.info("%s: %s", corpus.path, note)
-    print(json.dumps({"config": config.to_dict(), "train": args.train, "train_sentences": len(train)}, indent=2),
-          file=sys.stderr)
+    if args.verbose:  # the resolved configuration, only when asked for
+        print(json.dumps({"config": config.to_dict(), "train": args.train, "train_sentences": len(train)}, indent=2),
+              file=sys.stderr)
     tagger = train_tagger(train, dev, config, representation=representation, options=tagger_train_options(args),
                           cache_dir=args.cache_dir)
     save_and_report(tagger, args, task, test)

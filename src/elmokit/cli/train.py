@@ -16,7 +16,17 @@ import os
 import shlex
 import sys
 
-from elmokit.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, run_reporting_errors
+from elmokit.cli.common import (
+    THREADS_HELP,
+    apply_threads,
+    bilm_parameters,
+    dataclass_defaults,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_reporting_errors,
+)
 from elmokit.cli.training_common import (
     SettingError,
     add_config_flags,
@@ -62,7 +72,6 @@ TRAINING_FLAGS = {
 
 
 def register(subparsers) -> None:
-    from elmokit.training.config import TrainingConfig
 
     parser = subparsers.add_parser(
         "train",
@@ -91,14 +100,14 @@ def register(subparsers) -> None:
                         help="start from the weights of a model folder written by `elmokit train` (or 'default'), "
                         "like bilm-tf's restart.py; its architecture, vocabulary and tokenizer are taken unless "
                         "given, and the optimizer starts fresh (default: random weights)")
-    add_config_flags(parser, TRAINING_FLAGS, TrainingConfig)
+    add_config_flags(parser, TRAINING_FLAGS, dataclass_defaults("elmokit.training.config", "TrainingConfig"))
     parser.add_argument("--valid", dest="valid_corpus", action="append", default=None,
                         help="held-out file or glob: full-softmax perplexity logged to metrics.jsonl every --valid-every steps "
                         "(default: none)")
     parser.add_argument("--bf16", action="store_true", default=None,
                         help="bfloat16 autocast of the forward pass (GPU; optional on CPU) (default: off)")
     add_tokenizer_arguments(parser)
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.set_defaults(func=lambda args: run_reporting_errors("train", run, args))
 
@@ -128,13 +137,10 @@ def resolve(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from elmokit.training.trainer import train
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     config = resolve(args)
+    apply_threads(args, bilm_parameters(config.model_config))
     if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
         print("model config:", json.dumps(config.model_config.to_dict()), file=sys.stderr)
         print("training config:", json.dumps(config.training.to_dict()), file=sys.stderr)

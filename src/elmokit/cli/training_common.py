@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from elmokit.errors import UserError
 
@@ -52,10 +51,10 @@ def tokenizer_from_args(args: argparse.Namespace, fallback: dict | None = None):
         raise SettingError(str(error)) from None
 
 
-def add_config_flags(parser: argparse.ArgumentParser, flags: dict, config_class: type) -> None:
+def add_config_flags(parser: argparse.ArgumentParser, flags: dict, defaults: dict) -> None:
     """One flag per config field, ``field -> (flag or flags, type, help)``. Each defaults to None ("not given", so
-    a resume keeps the run's value); its help ends with the config's default."""
-    defaults = {f.name: f.default for f in dataclasses.fields(config_class)}
+    a resume keeps the run's value); its help ends with the config's default (``defaults``: field -> value, from
+    ``common.dataclass_defaults``, which reads them without importing the config's module)."""
     for name, (flag, kind, text) in flags.items():
         default = "none" if defaults[name] is None else defaults[name]
         parser.add_argument(*((flag,) if isinstance(flag, str) else flag), dest=name, type=kind, default=None,

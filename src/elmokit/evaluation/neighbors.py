@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from elmokit.errors import UserError
 from elmokit.io import output_directory
+from elmokit.progress import progress_bar
 from elmokit.representation import fingerprint
 
 FORMAT_VERSION = 1
@@ -174,7 +174,7 @@ class NeighborIndex:
             ]
             starts = range(0, len(sentences), batch_sentences)
             if progress:
-                starts = tqdm(starts, desc=f"indexing with {rep.name}", unit="batch")
+                starts = progress_bar(starts, desc=f"indexing with {rep.name}", unit="batch")
             for start in starts:
                 batch = sentences[start : start + batch_sentences]
                 for i, array in enumerate(rep.embed(batch), start):  # array (L, n_i, D)

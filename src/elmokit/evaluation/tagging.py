@@ -81,10 +81,6 @@ DATASETS = {
     "pd_pos": TaggingDataset("pd_pos", "pos", "zh/peoples_daily_199801", "199801.txt", "199801.txt", "199801.txt",
                              reader=read_peoples_daily),
 }
-POS_DATASETS = ["ewt"]
-NER_DATASETS = ["wikiann", "wnut17", "conll2003"]
-CWS_DATASETS = ["pku_cws"]
-CHINESE_DATASETS = {"ner": ["weibo", "resume"], "cws": ["pku_cws"], "pos": ["pd_pos"]}
 
 
 class BenchmarkDataError(UserError, FileNotFoundError):

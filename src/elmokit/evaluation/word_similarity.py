@@ -33,28 +33,9 @@ import numpy as np
 
 from elmokit.data_paths import shared_data
 from elmokit.errors import UserError
+from elmokit.evaluation.datasets import ANALOGY_DATASETS, DEFAULT_ANALOGY, DEFAULT_SIMILARITY, SIMILARITY_DATASETS
 from elmokit.nn.functional import invariant_scores
 from elmokit.tasks.metrics import average_ranks
-
-# name -> (path under data/wordsim, human name)
-SIMILARITY_DATASETS: dict[str, tuple[str, str]] = {
-    "ws353": ("eval-word-vectors/EN-WS-353-ALL.txt", "WordSim-353 (all)"),
-    "ws353-sim": ("eval-word-vectors/EN-WS-353-SIM.txt", "WordSim-353 similarity"),
-    "ws353-rel": ("eval-word-vectors/EN-WS-353-REL.txt", "WordSim-353 relatedness"),
-    "simlex999": ("eval-word-vectors/EN-SIMLEX-999.txt", "SimLex-999"),
-    "men": ("eval-word-vectors/EN-MEN-TR-3k.txt", "MEN (3k)"),
-    "rw": ("eval-word-vectors/EN-RW-STANFORD.txt", "Stanford Rare Words"),
-    "simverb3500": ("eval-word-vectors/EN-SimVerb-3500.txt", "SimVerb-3500"),
-    "mturk771": ("eval-word-vectors/EN-MTurk-771.txt", "MTurk-771"),
-    "rg65": ("eval-word-vectors/EN-RG-65.txt", "RG-65"),
-    "mc30": ("eval-word-vectors/EN-MC-30.txt", "MC-30"),
-}
-ANALOGY_DATASETS: dict[str, tuple[str, str]] = {
-    "google": ("gensim/questions-words.txt", "Google analogies (Mikolov et al. 2013)"),
-    "msr": ("vecto-word-benchmarks/word-analogy__msr.csv", "MSR syntactic analogies"),
-}
-DEFAULT_SIMILARITY = ("ws353", "ws353-sim", "ws353-rel", "simlex999", "men", "rw", "simverb3500")
-DEFAULT_ANALOGY = ("google", "msr")
 
 
 class DatasetError(UserError):

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from tqdm import tqdm
 
 from elmokit.errors import UserError
 from elmokit.io import atomic_path, check_output_file
+from elmokit.progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,14 @@ class EmbedFileSummary:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else float("nan")
+
+
+def steady_rate(summary: EmbedFileSummary, first: tuple[float, int] | None) -> str:
+    """The tokens/s after the first batch (which also sets up the kernels for the model's shapes, a cost of
+    loading, not of embedding); a file of one batch is too little to rate."""
+    if first is None or summary.tokens <= first[1] or summary.seconds <= first[0]:
+        return "one batch: too little to measure a rate"
+    return f"{(summary.tokens - first[1]) / (summary.seconds - first[0]):.0f} tokens/s after the first batch"
 
 
 def _list_lines(numbers: list[int]) -> str:
@@ -259,7 +267,8 @@ def _embed(embedder, source, name, output_path, *, output_format, use_sentence_k
     sentence_to_index: dict[str, str] = {}
     sentences = tokens = 0
     started = time.perf_counter()
-    bar = tqdm(total=total, unit="sent", disable=None if progress is None else not progress, desc="embed")
+    first = None  # (seconds, tokens) of the first batch, which also sets up the kernels for the model's shapes
+    bar = progress_bar(total=total, unit="sent", disable=progress is False, desc="embed")
     with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as out:
         # Stateful runs must see the file in order (the state flows from line to line); stateless
         # runs are batched by length, and every line still lands under its own key.
@@ -274,6 +283,8 @@ def _embed(embedder, source, name, output_path, *, output_format, use_sentence_k
                     sentence_to_index[sentence] = str(index)
                 tokens += layers.shape[1]
             sentences += len(batch)
+            if first is None:
+                first = (time.perf_counter() - started, tokens)
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):.0f}", refresh=False)
         if record_index:
@@ -281,8 +292,6 @@ def _embed(embedder, source, name, output_path, *, output_format, use_sentence_k
             index_dataset[0] = json.dumps(sentence_to_index)
     bar.close()
     summary = EmbedFileSummary(output_path, sentences, tokens, time.perf_counter() - started)
-    logger.info(
-        "embedded %s (%s) into %s in %.1f s (%.0f tokens/s)",
-        _counted(sentences, "sentence"), _counted(tokens, "token"), output_path, summary.seconds, summary.tokens_per_second,
-    )
+    logger.info("embedded %s (%s) into %s in %.1f s (%s)", _counted(sentences, "sentence"), _counted(tokens, "token"),
+                output_path, summary.seconds, steady_rate(summary, first))
     return summary

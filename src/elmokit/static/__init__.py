@@ -4,6 +4,12 @@
 folder. gensim, scikit-learn and scipy (the ``static`` extra) are imported only when training.
 """
 
-from elmokit.static.vectors import StaticVectors
+import importlib
 
 __all__ = ["StaticVectors"]
+
+
+def __getattr__(name: str):  # PEP 562: the algorithm table (static.defaults) is read without loading the vectors' stack
+    if name != "StaticVectors":
+        raise AttributeError(f"module 'elmokit.static' has no attribute {name!r}")
+    return importlib.import_module("elmokit.static.vectors").StaticVectors

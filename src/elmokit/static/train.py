@@ -61,6 +61,7 @@ from safetensors.numpy import load_file, save_file
 from elmokit.errors import UserError
 from elmokit.io import atomic_path, output_directory
 from elmokit.static.cooccurrence import CooccurrenceConfig, build_vocab, count_cooccurrences
+from elmokit.static.defaults import ALGOS, DEFAULTS
 from elmokit.static.glove import GloveConfig, train_glove
 from elmokit.static.lsa import LsaConfig, lsa_vectors
 from elmokit.static.subwords import SubwordTable, ngram_buckets
@@ -69,21 +70,9 @@ from elmokit.text.corpus import Corpus, Tokenizer
 
 log = logging.getLogger(__name__)
 
-ALGOS = ("cbow", "skipgram", "fasttext", "glove", "lsa", "doc2vec")
 RUN_FORMAT_VERSION = 1
 SAVED_BY = "static train"  # the command whose output a run folder is: with --force it may replace it
 
-_W2V = dict(dim=100, window=5, min_count=5, negative=5, hs=False, sample=1e-3, epochs=5, workers=1, seed=1)
-DEFAULTS: dict[str, dict] = {
-    "cbow": _W2V | dict(alpha=0.05),
-    "skipgram": _W2V | dict(alpha=0.025),
-    "fasttext": _W2V | dict(sample=1e-4, alpha=0.05, min_n=3, max_n=6, bucket=2_000_000, ft_model="skipgram"),
-    "doc2vec": _W2V | dict(alpha=0.025, epochs=10, dm=True, dbow_words=True),
-    "glove": dict(dim=100, window=15, min_count=5, epochs=25, alpha=0.05, x_max=100.0, weight_alpha=0.75,
-                  batch_size=32768, seed=1, workers=1, chunk_tokens=500_000, max_pairs_in_memory=20_000_000),
-    "lsa": dict(dim=100, window=5, min_count=5, weighting="ppmi", cds=0.75, eig_power=0.5, seed=1, workers=1,
-                chunk_tokens=500_000, max_pairs_in_memory=20_000_000),
-}
 
 
 class StaticSettingError(UserError):

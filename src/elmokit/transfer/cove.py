@@ -51,6 +51,7 @@ from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
 from elmokit.nn.lstm import reverse_padded
 from elmokit.representation import EmbedsFiles
+from elmokit.transfer.cove_presets import PRESETS  # noqa: F401 (public here, beside CoveConfig)
 
 FORMAT_VERSION = 1
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
@@ -78,14 +79,6 @@ class CoveConfig(SavedConfig):
 
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "format_version": FORMAT_VERSION}
-
-
-# Named sizes (E comes from the vectors). "paper": McCann et al.; "small": what a CPU trains in minutes.
-PRESETS: dict[str, dict] = {
-    "paper": dict(hidden_dim=300, decoder_dim=300, target_embedding_dim=300, dropout=0.2),
-    "small": dict(hidden_dim=128, decoder_dim=256, target_embedding_dim=128, dropout=0.2),
-    "tiny": dict(hidden_dim=8, decoder_dim=12, target_embedding_dim=6, dropout=0.0),
-}
 
 
 class CoveError(UserError):

@@ -439,7 +439,7 @@ def write_bleu(run_dir: Path, results: dict, step: int) -> None:
     with atomic_path(run_dir / "bleu.json") as tmp:
         Path(tmp).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     for name, result in results.items():
-        logger.info("%s BLEU %.2f (%d sentences, greedy)", name, result["bleu"], result["sentences"])
+        logger.debug("%s BLEU %.2f (%d sentences, greedy)", name, result["bleu"], result["sentences"])
 
 
 @torch.no_grad()
