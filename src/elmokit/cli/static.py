@@ -155,8 +155,9 @@ def run_train(args: argparse.Namespace) -> int:
     except (ValueError, CorpusError) as error:
         print(f"elmokit static train: error: {error}", file=sys.stderr)
         return 2
-    print("elmokit static train: " + json.dumps({"config": config.to_dict(), "corpus": corpus.patterns,
-                                                 "tokenizer": tokenizer.to_dict()}), file=sys.stderr)
+    if args.verbose:  # run.json records it
+        print("elmokit static train: " + json.dumps({"config": config.to_dict(), "corpus": corpus.patterns,
+                                                     "tokenizer": tokenizer.to_dict()}), file=sys.stderr)
     # Recorded as the equivalent `elmokit ...` command line, however the CLI was started.
     command = shlex.join(["elmokit"] + (getattr(args, "argv", None) or sys.argv[1:]))
     try:
