@@ -249,3 +249,16 @@ def test_third_party_warnings_are_silenced_unless_verbose(verbose):
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == (["30", "True", "None"] if verbose else ["40", "False", "WARNING"])
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_resolved_configuration_is_printed_only_with_verbose(tmp_path, capsys, verbose):
+    pytest.importorskip("sklearn")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"the cat {w} sat on a mat {w}\n" for w in ("red", "big", "old", "new", "odd") * 4))
+    argv = ["static", "train", "--algo", "lsa", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--min-count", "1",
+            "--dim", "2", "--quiet", *(["--verbose"] if verbose else [])]
+    assert main(argv) == 0
+    printed = capsys.readouterr().err
+    assert ('elmokit static train: {"config"' in printed) == verbose
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["config"]["dim"] == 2  # recorded either way

@@ -146,7 +146,8 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="fp32: exact (default); bf16: faster, about 1e-2 absolute error per value (see docs/benchmarks.md)")
+                        help="fp32: exact (default); bf16: about 1e-2 absolute error per value, faster only on CPUs with native "
+                        "bf16 kernels (AVX512-BF16), emulated at fp32 speed elsewhere (see docs/benchmarks.md)")
     parser.add_argument("--token-cache", type=non_negative_int, default=20_000, metavar="N",
                         help="cache the token vectors of N spellings (exact; 0 disables; default 20000)")
 

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     apply_threads(args)
     config, corpus, folder = resolve(args)
-    if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
+    if args.verbose and os.environ.get("RANK", "0") == "0":  # the run folder records it; torchrun: say it once
         print("pretraining config:", json.dumps(config.to_dict()), file=sys.stderr)
     argv = getattr(args, "argv", None) or sys.argv[1:]
     command = "elmokit " + " ".join(shlex.quote(a) for a in argv)

@@ -139,8 +139,9 @@ def run_train(args: argparse.Namespace) -> int:
     max_tokens = 10_000 if args.algo in ("cbow", "skipgram", "fasttext") else None
     corpus = Corpus(args.corpus, tokenizer=tokenizer, max_tokens=max_tokens, progress=True, limit_lines=args.limit_lines)
     check_output(args.out, command="static train", inputs=corpus.files, replace=args.force, replace_flag="--force")
-    print("elmokit static train: " + json.dumps({"config": config.to_dict(), "corpus": corpus.patterns,
-                                                 "tokenizer": tokenizer.to_dict()}), file=sys.stderr)
+    if args.verbose:  # run.json records it
+        print("elmokit static train: " + json.dumps({"config": config.to_dict(), "corpus": corpus.patterns,
+                                                     "tokenizer": tokenizer.to_dict()}), file=sys.stderr)
     # Recorded as the equivalent `elmokit ...` command line, however the CLI was started.
     command = shlex.join(["elmokit"] + (getattr(args, "argv", None) or sys.argv[1:]))
     table = train_static(config, corpus, args.out, command=command, force=args.force, progress=not args.quiet)

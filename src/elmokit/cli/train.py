@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = resolve(args)
     apply_threads(args, bilm_parameters(config.model_config))
-    if os.environ.get("RANK", "0") == "0":  # torchrun: say it once
+    if args.verbose and os.environ.get("RANK", "0") == "0":  # the run folder records it; torchrun: say it once
         print("model config:", json.dumps(config.model_config.to_dict()), file=sys.stderr)
         print("training config:", json.dumps(config.training.to_dict()), file=sys.stderr)
     command = "elmokit " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["train"] else None

@@ -261,7 +261,7 @@ def packed_linear(
     ``precision="bf16"`` multiplies in bfloat16 (inputs rounded to bf16, products accumulated in
     fp32; oneDNN's native kernel rounds the product to bf16, the emulation keeps it in fp32; the
     bias is added in fp32 and the result returned in fp32): about twice the speed on
-    CPUs with AVX512-BF16, at ~1e-2 relative error; emulated at fp32 speed on CPUs without bf16
+    CPUs with AVX512-BF16, at about 1e-2 absolute error; emulated at fp32 speed on CPUs without bf16
     kernels (``bf16_backend``). Falls back to ``invariant_linear`` where
     preparing does not apply (autograd, GPU, not float32).
     """
