@@ -20,6 +20,7 @@ httpx = pytest.importorskip("httpx", reason="needs httpx")
 from serve_testkit import Recording, ServeProcess, running  # noqa: E402
 
 from elmokit.cli.main import main  # noqa: E402
+from elmokit.errors import UserError  # noqa: E402
 from elmokit.serve.config import ServeConfig  # noqa: E402
 
 
@@ -174,9 +175,14 @@ def test_a_table_with_a_nan_row_is_refused_at_start_and_never_answered_as_nan(tm
     path.write_text("3 2\nthe 1 0\nbank nan 1\nriver 0 2\n", encoding="utf-8")
     assert main(["serve", "--vectors", str(path), "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert "NaN" in err and "'bank'" in err
+    assert "nan" in err.lower() and "'bank'" in err
+    with pytest.raises(UserError, match="'bank'"):  # the library refuses it at load too
+        load_representation(spec_from_flags(vectors=str(path)))
+    path.write_text("3 2\nthe 1 0\nbank 0 1\nriver 0 2\n", encoding="utf-8")
     spec = spec_from_flags(vectors=str(path))
-    with running(load_representation(spec), spec=spec) as server:  # the library lets it through: the app must not
+    table = load_representation(spec)
+    table.vectors[table.index["bank"], 0] = np.nan  # a NaN past every load check
+    with running(table, spec=spec) as server:  # the app must still never answer it
         for route, body in (("/embed", {"inputs": "bank"}), ("/embed_all", {"inputs": "bank"}),
                             ("/v1/embeddings", {"input": "bank", "encoding_format": "base64"})):
             response = server.client.post(route, json=body)

@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Iterable
 
 from elmokit import __version__
@@ -73,6 +74,10 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         else:
             shown = "%(default)s"
         return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # never break a name at its hyphen (ernie-thu, --max-steps): wrap at spaces only
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
 
 def command_in(argv: list[str]) -> str | None:
