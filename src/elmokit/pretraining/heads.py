@@ -85,6 +85,25 @@ def masked_lm_loss(model, hidden: torch.Tensor, labels: torch.Tensor) -> HeadLos
     return HeadLoss(F.cross_entropy(logits.float(), targets, reduction="sum"), int(index.numel()))
 
 
+def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) labels shifted one to the left, -100 in the last column: position t's target is token t+1."""
+    targets = torch.full_like(labels, IGNORE_INDEX)
+    targets[:, :-1] = labels[:, 1:]
+    return targets
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> HeadLoss:
+    """Next-token cross-entropy (Radford et al. 2018 eq. 1) of (B, T, V) logits against (B, T) labels.
+
+    The targets are shifted, not the logits: ``logits[:, :-1]`` would copy B x (T-1) x V floats forward
+    and zero-fill and copy them again backward; the flat view costs nothing and the last column's -100
+    drops the same B predictions. Same terms, same order: equal to the sliced form (tested)."""
+    targets = next_token_targets(labels).reshape(-1)  # (B*T,)
+    flat = logits.reshape(-1, logits.size(-1))  # (B*T, V), a view of contiguous logits
+    return HeadLoss(F.cross_entropy(flat.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum"),
+                    int((targets != IGNORE_INDEX).sum()))
+
+
 def next_sentence_loss(model, pooled: torch.Tensor, next_sentence_label: torch.Tensor) -> HeadLoss:
     """BERT's NSP loss from the pooled [CLS] output (B, H) and labels (B,) (0 IsNext, 1 NotNext)."""
     logits = model.cls.seq_relationship(pooled)  # (B, 2)

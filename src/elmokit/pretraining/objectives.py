@@ -28,10 +28,9 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from elmokit.pretraining.heads import SpanBoundaryHead, masked_lm_loss, next_sentence_loss
+from elmokit.pretraining.heads import SpanBoundaryHead, causal_lm_loss, masked_lm_loss, next_sentence_loss
 from elmokit.pretraining.masking import (
     BERT_RATES,
     IGNORE_INDEX,
@@ -208,11 +207,9 @@ class CausalLMObjective:
 
     def loss(self, model, batch: Mapping[str, torch.Tensor]) -> ObjectiveLoss:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
-        targets = batch["labels"][:, 1:]
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
-        n = int((targets != IGNORE_INDEX).sum())
-        return ObjectiveLoss(loss, {"lm": float(loss.detach())}, n, int(batch["attention_mask"].sum()))
+        lm = causal_lm_loss(logits, batch["labels"])
+        loss = lm.mean
+        return ObjectiveLoss(loss, {"lm": float(loss.detach())}, lm.count, int(batch["attention_mask"].sum()))
 
 
 def bert(vocab: MaskingVocab, *, pad_id: int) -> MaskedLMObjective:

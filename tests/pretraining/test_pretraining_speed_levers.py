@@ -1,0 +1,116 @@
+"""The pretraining step's speed levers keep the numbers: the causal LM loss on shifted targets equals the loss
+on sliced logits (value and gradients, bit for bit) and a numpy re-statement; foreach AdamW and gradient
+clipping equal torch's per-tensor loop bit for bit; a GPT-2 run resumed halfway ends bit-identical."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pretraining_testkit import need_transformers, write_document_corpus
+from train_helpers import one_thread
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from elmokit.pretraining.heads import IGNORE_INDEX, causal_lm_loss, next_token_targets  # noqa: E402
+
+
+def _sliced(logits, labels):
+    """The loss as the step computed it before: logits[:, :-1] against labels[:, 1:], mean over targets."""
+    targets = labels[:, 1:]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def test_next_token_targets_shift_left_and_drop_the_last_column():
+    labels = torch.tensor([[5, 6, 7, IGNORE_INDEX], [8, 9, 10, 11]])
+    assert next_token_targets(labels).tolist() == [[6, 7, IGNORE_INDEX, IGNORE_INDEX], [9, 10, 11, IGNORE_INDEX]]
+
+
+def test_causal_lm_loss_equals_the_sliced_form_bit_for_bit_and_a_numpy_restatement():
+    generator = torch.Generator().manual_seed(0)
+    B, T, V = 3, 9, 13
+    logits = torch.randn(B, T, V, generator=generator) * 3
+    labels = torch.randint(0, V, (B, T), generator=generator)
+    labels[1, 6:] = IGNORE_INDEX  # a padded row
+    a = logits.clone().requires_grad_(True)
+    b = logits.clone().requires_grad_(True)
+    head = causal_lm_loss(a, labels)
+    new = head.mean
+    old = _sliced(b, labels)
+    new.backward()
+    old.backward()
+    assert torch.equal(new.detach(), old.detach()) and torch.equal(a.grad, b.grad)
+    # the oracle: mean over t of -log softmax(logits[b, t])[labels[b, t+1]] where the target is a token
+    x = logits.double().numpy()
+    log_probs = x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    terms = [-log_probs[i, t, labels[i, t + 1]] for i in range(B) for t in range(T - 1) if labels[i, t + 1] != IGNORE_INDEX]
+    assert head.count == len(terms) == B * (T - 1) - 3
+    np.testing.assert_allclose(float(new), np.mean(terms), rtol=1e-6)
+
+
+@pytest.mark.parametrize("steps", [6])
+def test_foreach_adamw_and_clipping_equal_the_per_tensor_loop_bit_for_bit(steps):
+    """The run's AdamW (two groups: weight decay on matrices only) and clip at 1.0, foreach against the loop."""
+    generator = torch.Generator().manual_seed(1)
+    shapes = [(300, 17), (17,), (64, 64), (5,), (8, 3, 2)]
+    start = [torch.randn(s, generator=generator) for s in shapes]
+    grads = [[torch.randn(s, generator=generator) * 4 for s in shapes] for _ in range(steps)]  # norms > 1: clipping acts
+
+    def train(foreach: bool):
+        params = [torch.nn.Parameter(p.clone()) for p in start]
+        groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.01},
+                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+        optimizer = torch.optim.AdamW(groups, lr=5e-3, betas=(0.9, 0.999), eps=1e-6, foreach=foreach)
+        norms = []
+        for step_grads in grads:
+            for p, g in zip(params, step_grads):
+                p.grad = g.clone()
+            norms.append(torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=foreach))
+            optimizer.step()
+        return params, optimizer.state_dict()["state"], norms
+
+    loop, loop_state, loop_norms = train(False)
+    fast, fast_state, fast_norms = train(True)
+    assert all(float(n) > 1 for n in loop_norms)
+    assert all(torch.equal(a, b) for a, b in zip(loop_norms, fast_norms))
+    assert all(torch.equal(a, b) for a, b in zip(loop, fast))
+    for k in loop_state:
+        assert all(torch.equal(loop_state[k][name], fast_state[k][name]) for name in ("step", "exp_avg", "exp_avg_sq"))
+
+
+def test_a_gpt2_run_resumed_halfway_is_bit_identical(tmp_path):
+    """Straight 6 steps against 3 + --resume + 3 for the causal LM (the shifted-target loss, foreach AdamW):
+    weights, optimizer state and metrics identical; dropout on, so the torch RNG is restored too."""
+    need_transformers()
+    from safetensors.torch import load_file
+
+    from elmokit.pretraining.run import PretrainConfig, pretrain
+    from elmokit.training.loop import read_metrics
+
+    corpus = tmp_path / "docs.txt"
+    write_document_corpus(corpus)
+    config = PretrainConfig(objective="gpt2", preset="tiny", max_steps=6, batch_size=4, vocab_size=300, max_tokens=32,
+                            log_every=1, checkpoint_every=3, lr=2e-3)
+
+    def run(folder, config, resume=False):
+        with one_thread():
+            return pretrain(folder, corpus=str(corpus), config=config, resume=resume, command="test", progress=False)
+
+    straight = run(tmp_path / "straight", config)
+    config = config.replace(tokenizer_dir=str(tmp_path / "straight" / "tokenizer"))
+    run(tmp_path / "split", config.replace(max_steps=3))
+    resumed = run(tmp_path / "split", config, resume=True)
+    assert resumed.step == straight.step == 6 and resumed.tokens == straight.tokens
+
+    def untimed(folder):
+        return [{k: v for k, v in e.items() if k not in ("tokens_per_s", "elapsed_s", "cpu_s")} for e in read_metrics(folder)]
+
+    assert untimed(tmp_path / "split") == untimed(tmp_path / "straight")
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        a = load_file(str(tmp_path / "straight" / "checkpoints" / "step_00000006" / name))
+        b = load_file(str(tmp_path / "split" / "checkpoints" / "step_00000006" / name))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    state = json.loads((tmp_path / "split" / "checkpoints" / "step_00000003" / "state.json").read_text())
+    assert state["step"] == 3
