@@ -20,9 +20,14 @@ the same initial weights) for all variants:
   backward, clip, AdamW), as ``pretrain_speed.py`` drives it.
 - ``elmokit-base``: the step before this benchmark's levers: a per-tensor AdamW and gradient-norm loop
   (torch's CPU default) and, for the causal LM, the loss on ``logits[:, :-1]`` (a sliced copy).
-  ``elmokit-loss`` (causal only): the new loss path, optimizer as in base; ``elmokit-foreach``: foreach
-  AdamW and clipping, loss as in base. Their distance to ``elmokit-base`` is each lever's share.
-- ``elmokit-fused``: as shipped but torch's fused CPU AdamW (not bit-equal to the loop: ~1 ulp a step).
+  ``elmokit-loss`` (causal only): the loss on the logits with shifted targets (no copy), optimizer as in
+  base; ``elmokit-fused-ce``: the LM head and cross-entropy as one autograd function
+  (``heads.linear_cross_entropy``), optimizer as in base; ``elmokit-foreach``: foreach AdamW and
+  clipping, loss as in base; ``elmokit-gelu`` (GPT-2 only): GPT-2's ``gelu_new`` as one kernel
+  (``pretraining/fused.py``), the rest as in base. Their distance to ``elmokit-base`` is each lever's
+  share; ``elmokit-base`` also runs transformers' seven-op ``gelu_new``.
+- ``elmokit-fused`` (only when named in ``--variants``): as shipped but torch's fused CPU AdamW (not
+  bit-equal to the loop: ~1 ulp a step).
 - ``elmokit-stock-head`` (masked only): as shipped but the model's own MLM loss over all B x T positions,
   the share of the masked-rows-only head.
 
@@ -97,6 +102,17 @@ def sliced_causal_loss(model, batch):
     return ObjectiveLoss(loss, {"lm": float(loss.detach())}, n, int(batch["attention_mask"].sum()))
 
 
+def logits_causal_loss(model, batch):
+    """The causal LM loss on the model's (B, T, V) logits with shifted targets (``heads.causal_lm_loss``): the
+    loss lever without the fused head."""
+    from elmokit.pretraining.heads import causal_lm_loss
+    from elmokit.pretraining.objectives import ObjectiveLoss
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    lm = causal_lm_loss(logits, batch["labels"])
+    return ObjectiveLoss(lm.mean, {"lm": float(lm.mean.detach())}, lm.count, int(batch["attention_mask"].sum()))
+
+
 def stock_mlm_loss(model, batch):
     """The masked LM loss as transformers computes it: the head on all B x T positions, -100 ignored."""
     from elmokit.pretraining.objectives import ObjectiveLoss
@@ -122,7 +138,8 @@ class Elmokit:
     """One `elmokit pretrain` run object with some levers switched, stepped a few steps at a time."""
 
     def __init__(self, name: str, objective: str, preset: str, corpus: Path, tokenizer: Path, args, run_dir: Path,
-                 *, sliced_loss=False, loop_optimizer=False, fused=False, stock_head=False):
+                 *, sliced_loss=False, logits_loss=False, loop_optimizer=False, fused=False, stock_head=False,
+                 gelu_new=False):
         from pretrain_speed import Timed
 
         class Options:
@@ -133,8 +150,15 @@ class Elmokit:
                                                                       "wordpiece": tokenizer}, Options, run_dir)
         run = self.timed.run
         run.need_flops = False
+        if gelu_new:  # transformers' own seven-op gelu_new back in the blocks
+            from transformers.activations import NewGELUActivation
+
+            for block in run.model.transformer.h:
+                block.mlp.act = NewGELUActivation()
         if sliced_loss:
             run.objective.loss = sliced_causal_loss
+        if logits_loss:
+            run.objective.loss = logits_causal_loss
         if stock_head:
             run.objective.loss = stock_mlm_loss
         if loop_optimizer or fused:
@@ -279,9 +303,10 @@ def main(argv=None) -> None:
                  "(set ELMOKIT_SHARED)")
     objective = MODELS[args.model]
     causal = args.model in CAUSAL
-    known = (["trainer", "elmokit-base", "elmokit-loss", "elmokit-foreach", "elmokit", "elmokit-fused"] if causal
+    known = (["trainer", "elmokit-base", "elmokit-loss", "elmokit-fused-ce", "elmokit-foreach"]
+             + (["elmokit-gelu"] if args.model == "gpt2" else []) + ["elmokit", "elmokit-fused"] if causal
              else ["trainer", "elmokit-base", "elmokit", "elmokit-fused", "elmokit-stock-head"])
-    names = args.variants.split(",") if args.variants else known
+    names = args.variants.split(",") if args.variants else [n for n in known if n != "elmokit-fused"]
     if [n for n in names if n not in known]:
         parser.error(f"unknown variants; for --model {args.model}: {', '.join(known)}")
     torch.set_num_threads(args.threads)
@@ -297,8 +322,12 @@ def main(argv=None) -> None:
         kind = OBJECTIVES[objective].tokenizer
         tokenizer = train_tokenizers({kind}, work / "corpus", work / "tokenizers", args.vocab_size, args.max_tokens)[kind]
         total = (args.warmup + args.repeats) * args.steps
-        levers = {"elmokit-base": dict(sliced_loss=causal, loop_optimizer=True), "elmokit-loss": dict(loop_optimizer=True),
-                  "elmokit-foreach": dict(sliced_loss=True), "elmokit": {}, "elmokit-fused": dict(fused=True),
+        gelu = args.model == "gpt2"
+        levers = {"elmokit-base": dict(sliced_loss=causal, loop_optimizer=True, gelu_new=gelu),
+                  "elmokit-loss": dict(logits_loss=True, loop_optimizer=True, gelu_new=gelu),
+                  "elmokit-fused-ce": dict(loop_optimizer=True, gelu_new=gelu),
+                  "elmokit-foreach": dict(sliced_loss=True, gelu_new=gelu),
+                  "elmokit-gelu": dict(sliced_loss=True, loop_optimizer=True), "elmokit": {}, "elmokit-fused": dict(fused=True),
                   "elmokit-stock-head": dict(stock_head=True)}
         variants = []
         for name in names:
@@ -341,7 +370,7 @@ def main(argv=None) -> None:
         given = list(argv if argv is not None else sys.argv[1:])
         record = {
             "command": "python " + " ".join([os.path.relpath(__file__, REPO), *given]),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(), "cpus": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "model": args.model, "objective": objective, "preset": args.preset,
             "corpus": corpus, "tokenizer": kind, "vocab_size": args.vocab_size,

@@ -8,13 +8,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 from pretraining_testkit import need_transformers, write_document_corpus
 from train_helpers import one_thread
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from elmokit.pretraining.heads import IGNORE_INDEX, causal_lm_loss, next_token_targets  # noqa: E402
+from elmokit.pretraining.heads import IGNORE_INDEX, causal_lm_loss, causal_lm_model_loss, linear_cross_entropy, next_token_targets
 
 
 def _sliced(logits, labels):
@@ -47,12 +46,58 @@ def test_causal_lm_loss_equals_the_sliced_form_bit_for_bit_and_a_numpy_restateme
     log_probs = x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))
     terms = [-log_probs[i, t, labels[i, t + 1]] for i in range(B) for t in range(T - 1) if labels[i, t + 1] != IGNORE_INDEX]
     assert head.count == len(terms) == B * (T - 1) - 3
-    np.testing.assert_allclose(float(new), np.mean(terms), rtol=1e-6)
+    np.testing.assert_allclose(float(new.detach()), np.mean(terms), rtol=1e-6)
 
 
-@pytest.mark.parametrize("steps", [6])
-def test_foreach_adamw_and_clipping_equal_the_per_tensor_loop_bit_for_bit(steps):
+def test_the_fused_head_and_cross_entropy_equal_autograds_on_the_logits():
+    """Value and gradients (hidden and the tied weight) against F.cross_entropy(hidden @ W.T), ignored rows
+    included, with a non-unit upstream gradient (the mean's 1/count)."""
+    generator = torch.Generator().manual_seed(2)
+    N, H, V = 40, 16, 97
+    hidden, weight = torch.randn(N, H, generator=generator), torch.randn(V, H, generator=generator) * 0.5
+    targets = torch.randint(0, V, (N,), generator=generator)
+    targets[[3, 17, 39]] = IGNORE_INDEX
+    h1, w1 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    h2, w2 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    fused = linear_cross_entropy(h1, w1, targets)
+    assert fused.count == N - 3
+    fused.mean.backward()
+    reference = F.cross_entropy(h2 @ w2.t(), targets, ignore_index=IGNORE_INDEX)  # mean over the N - 3 targets
+    reference.backward()
+    np.testing.assert_allclose(float(fused.mean.detach()), float(reference.detach()), rtol=1e-6)
+    np.testing.assert_allclose(h1.grad.numpy(), h2.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(w1.grad.numpy(), w2.grad.numpy(), rtol=1e-5, atol=1e-7)
+    assert not h1.grad[[3, 17, 39]].any()  # an ignored row sends nothing back
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gpt"])
+def test_the_causal_lm_loss_equals_transformers_own_loss_with_labels(family):
+    """The objective's loss (base model + fused tied head) against the model's own ``labels=`` loss, padding
+    included, and the same gradients."""
+    need_transformers()
+    from elmokit.pretraining.models import build_model
+
+    model = build_model(family, "tiny", vocab_size=60).eval()
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 60, (3, 12), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[2, 8:] = 0
+    labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
+    ours = causal_lm_model_loss(model, ids, mask, labels)
+    ours.mean.backward()
+    mine = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    theirs = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    theirs.backward()
+    assert ours.count == 3 * 11 - 4
+    np.testing.assert_allclose(float(ours.mean.detach()), float(theirs.detach()), rtol=1e-6)
+    for name, parameter in model.named_parameters():
+        np.testing.assert_allclose(mine[name].numpy(), parameter.grad.numpy(), rtol=1e-4, atol=1e-7, err_msg=name)
+
+
+def test_foreach_adamw_and_clipping_equal_the_per_tensor_loop_bit_for_bit():
     """The run's AdamW (two groups: weight decay on matrices only) and clip at 1.0, foreach against the loop."""
+    steps = 6
     generator = torch.Generator().manual_seed(1)
     shapes = [(300, 17), (17,), (64, 64), (5,), (8, 3, 2)]
     start = [torch.randn(s, generator=generator) for s in shapes]
@@ -114,3 +159,36 @@ def test_a_gpt2_run_resumed_halfway_is_bit_identical(tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
     state = json.loads((tmp_path / "split" / "checkpoints" / "step_00000003" / "state.json").read_text())
     assert state["step"] == 3
+
+
+def test_the_one_kernel_tanh_gelu_equals_gpt2s_gelu_new_and_a_numpy_restatement():
+    need_transformers()
+    from transformers.activations import NewGELUActivation
+
+    x = torch.linspace(-8, 8, 4001, dtype=torch.float32)
+    a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    new, fused = NewGELUActivation()(a), torch.nn.GELU(approximate="tanh")(b)
+    new.sum().backward()
+    fused.sum().backward()
+    z = x.double().numpy()
+    oracle = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    np.testing.assert_allclose(fused.detach().numpy(), oracle, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(fused.detach().numpy(), new.detach().numpy(), rtol=1e-6, atol=1e-6)
+    # the one kernel flushes the tail of the gradient below x = -4.4 to 0 where gelu_new gives ~-1e-6
+    np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-5, atol=2e-6)
+
+
+def test_fuse_activations_swaps_gpt2s_gelu_new_in_the_run_only():
+    need_transformers()
+    from elmokit.pretraining.fused import fuse_activations
+    from elmokit.pretraining.models import build_model
+
+    reference = build_model("gpt2", "tiny", vocab_size=50).eval()
+    model = build_model("gpt2", "tiny", vocab_size=50).eval()
+    assert fuse_activations(model) == 2 and fuse_activations(model) == 0  # one per block, then none left
+    assert all(isinstance(block.mlp.act, torch.nn.GELU) for block in model.transformer.h)
+    assert model.config.activation_function == "gelu_new"  # what a saved folder says
+    ids = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        np.testing.assert_allclose(model(ids).logits.numpy(), reference(ids).logits.numpy(), rtol=1e-5, atol=1e-5)
+    assert fuse_activations(build_model("bert-mlm", "tiny", vocab_size=50)) == 0  # exact GeLU: nothing to swap

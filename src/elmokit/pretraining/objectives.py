@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmokit.pretraining.heads import SpanBoundaryHead, causal_lm_loss, masked_lm_loss, next_sentence_loss
+from elmokit.pretraining.heads import SpanBoundaryHead, causal_lm_model_loss, masked_lm_loss, next_sentence_loss
 from elmokit.pretraining.masking import (
     BERT_RATES,
     IGNORE_INDEX,
@@ -206,8 +206,7 @@ class CausalLMObjective:
             yield batch
 
     def loss(self, model, batch: Mapping[str, torch.Tensor]) -> ObjectiveLoss:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
-        lm = causal_lm_loss(logits, batch["labels"])
+        lm = causal_lm_model_loss(model, batch["input_ids"], batch["attention_mask"], batch["labels"])  # heads.py
         loss = lm.mean
         return ObjectiveLoss(loss, {"lm": float(loss.detach())}, lm.count, int(batch["attention_mask"].sum()))
 

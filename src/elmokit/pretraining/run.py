@@ -69,6 +69,7 @@ import torch
 from elmokit.configs import config_from_dict
 from elmokit.io import atomic_path
 from elmokit.pretraining.corpus import ExampleStream, read_documents
+from elmokit.pretraining.fused import fuse_activations
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.objectives import OBJECTIVES
 from elmokit.text.corpus import expand_patterns
@@ -374,6 +375,7 @@ class _PretrainRun:
         size = preset(config.preset, **({"dropout": config.dropout} if config.dropout is not None else {}))
         self.model = build_model(self.spec.family, size, vocab_size=len(self.tokenizer), seed=config.seed,
                                  **special_ids(self.tokenizer))
+        fuse_activations(self.model)  # GPT-2's gelu_new as one kernel (fused.py); the saved config is unchanged
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed + 1)
             # ERNIE's three stages are thirds of the run's first max_steps (decay_steps: resolved once, so a
