@@ -107,9 +107,9 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> HeadLoss:
 class _LinearCrossEntropy(torch.autograd.Function):
     """Summed cross-entropy of ``hidden @ weight.T`` whose backward needs no softmax pass of its own.
 
-    Forward: logits (N, V), lse = logsumexp over V, loss_n = lse_n - logits[n, y_n]. The gradient of
-    the sum with respect to the logits, softmax - onehot (rows with target -100: zero), is then written
-    over the logits buffer in place and kept for backward, where it meets the two matmuls. Against
+    Forward: log-probabilities (N, V) = log_softmax(hidden @ weight.T), loss_n = -log p[n, y_n]. The
+    gradient of the sum with respect to the logits, softmax - onehot (rows with target -100: zero), is
+    then written over that buffer in place and kept for backward, where it meets the two matmuls. Against
     ``F.cross_entropy(hidden @ weight.T, ...)`` this saves the log-softmax output, the zero-filled
     (N, V) gradient of the NLL and the log-softmax backward pass: three N x V reads or writes of four.
     The upstream gradient (a scalar) scales the (N, H) and (V, H) results, not the (N, V) matrix.
@@ -117,13 +117,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets):
-        logits = hidden @ weight.t()  # (N, V)
+        log_probs = torch.log_softmax(hidden @ weight.t(), dim=1)  # (N, V); the logits are freed here
         ignored = targets == IGNORE_INDEX  # (N,)
         safe = targets.masked_fill(ignored, 0).unsqueeze(1)  # (N, 1)
-        lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (N, 1)
-        losses = (lse - logits.gather(1, safe)).squeeze(1).masked_fill(ignored, 0.0)  # (N,)
-        grad = logits.sub_(lse).exp_()  # softmax, in the logits' buffer
-        grad.scatter_add_(1, safe, torch.full_like(lse, -1.0))
+        losses = -log_probs.gather(1, safe).squeeze(1).masked_fill(ignored, 0.0)  # (N,)
+        grad = log_probs.exp_()  # softmax, in the log-probabilities' buffer
+        grad.scatter_add_(1, safe, torch.full((grad.size(0), 1), -1.0, dtype=grad.dtype, device=grad.device))
         if bool(ignored.any()):
             grad.masked_fill_(ignored.unsqueeze(1), 0.0)
         ctx.save_for_backward(hidden, weight, grad)
