@@ -18,16 +18,15 @@ the same initial weights) for all variants:
   (fetch + collate + forward + backward + clip + AdamW + schedule), timed from a callback.
 - ``elmokit``: `elmokit pretrain`'s step as it ships (``_PretrainRun._step``: masks drawn, forward, loss,
   backward, clip, AdamW), as ``pretrain_speed.py`` drives it.
-- ``elmokit-base``: the step before this benchmark's levers: a per-tensor AdamW and gradient-norm loop
-  (torch's CPU default) and, for the causal LM, the loss on ``logits[:, :-1]`` (a sliced copy).
-  ``elmokit-loss`` (causal only): the loss on the logits with shifted targets (no copy), optimizer as in
-  base; ``elmokit-fused-ce``: the LM head and cross-entropy as one autograd function
-  (``heads.linear_cross_entropy``), optimizer as in base; ``elmokit-foreach``: foreach AdamW and
-  clipping, loss as in base; ``elmokit-gelu`` (GPT-2 only): GPT-2's ``gelu_new`` as one kernel
-  (``pretraining/fused.py``), the rest as in base. Their distance to ``elmokit-base`` is each lever's
-  share; ``elmokit-base`` also runs transformers' seven-op ``gelu_new``.
-- ``elmokit-fused`` (only when named in ``--variants``): as shipped but torch's fused CPU AdamW (not
-  bit-equal to the loop: ~1 ulp a step).
+- ``elmokit-base`` (causal only; what the step was before the levers): the loss on ``logits[:, :-1]`` (a
+  sliced copy) and transformers' seven-op ``gelu_new`` for GPT-2. Each of these adds one lever to it:
+  ``elmokit-loss``: the loss on the logits with shifted targets (no copy, bit-equal);
+  ``elmokit-fused-ce``: the tied LM head and the cross-entropy as one autograd function
+  (``heads.linear_cross_entropy``); ``elmokit-gelu`` (GPT-2): ``gelu_new`` as one kernel
+  (``pretraining/fused.py``). Their distance to ``elmokit-base`` is each lever's share.
+- Levers measured and not shipped, each added to the step as shipped: ``elmokit-foreach``: foreach AdamW and
+  gradient clipping (bit-equal to torch's per-tensor CPU default); ``elmokit-fused`` (only when named in
+  ``--variants``): torch's fused CPU AdamW (not bit-equal: ~1 ulp a step).
 - ``elmokit-stock-head`` (masked only): as shipped but the model's own MLM loss over all B x T positions,
   the share of the masked-rows-only head.
 
@@ -123,11 +122,11 @@ def stock_mlm_loss(model, batch):
 
 
 _real_clip = torch.nn.utils.clip_grad_norm_
-CLIP_FOREACH = {"value": True}
+CLIP_FOREACH = {"value": None}
 
 
 def _clip(parameters, max_norm, *args, foreach=None, **kwargs):
-    """``clip_grad_norm_`` with the current elmokit variant's foreach setting (the run passes foreach=True)."""
+    """``clip_grad_norm_`` with the current elmokit variant's foreach setting (None: torch's default, the run's)."""
     return _real_clip(parameters, max_norm, *args, foreach=CLIP_FOREACH["value"], **kwargs)
 
 
@@ -138,7 +137,7 @@ class Elmokit:
     """One `elmokit pretrain` run object with some levers switched, stepped a few steps at a time."""
 
     def __init__(self, name: str, objective: str, preset: str, corpus: Path, tokenizer: Path, args, run_dir: Path,
-                 *, sliced_loss=False, logits_loss=False, loop_optimizer=False, fused=False, stock_head=False,
+                 *, sliced_loss=False, logits_loss=False, foreach=False, fused=False, stock_head=False,
                  gelu_new=False):
         from pretrain_speed import Timed
 
@@ -161,12 +160,12 @@ class Elmokit:
             run.objective.loss = logits_causal_loss
         if stock_head:
             run.objective.loss = stock_mlm_loss
-        if loop_optimizer or fused:
+        if foreach or fused:
             groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in run.optimizer.param_groups]
             config = run.config
             run.optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, config.beta2), eps=config.eps,
-                                              **({"fused": True} if fused else {"foreach": False}))
-        self.clip_foreach = not loop_optimizer
+                                              **({"fused": True} if fused else {"foreach": True}))
+        self.clip_foreach = True if foreach else None
         self.rounds: list[dict] = []
 
     def steps(self, n: int) -> dict:
@@ -303,10 +302,12 @@ def main(argv=None) -> None:
                  "(set ELMOKIT_SHARED)")
     objective = MODELS[args.model]
     causal = args.model in CAUSAL
-    known = (["trainer", "elmokit-base", "elmokit-loss", "elmokit-fused-ce", "elmokit-foreach"]
-             + (["elmokit-gelu"] if args.model == "gpt2" else []) + ["elmokit", "elmokit-fused"] if causal
-             else ["trainer", "elmokit-base", "elmokit", "elmokit-fused", "elmokit-stock-head"])
+    known = (["trainer", "elmokit-base", "elmokit-loss", "elmokit-fused-ce"] + (["elmokit-gelu"] if args.model == "gpt2" else [])
+             + ["elmokit", "elmokit-foreach", "elmokit-fused"] if causal
+             else ["trainer", "elmokit-base", "elmokit", "elmokit-foreach", "elmokit-fused", "elmokit-stock-head"])
     names = args.variants.split(",") if args.variants else [n for n in known if n != "elmokit-fused"]
+    if not causal and not args.variants:
+        names = [n for n in names if n != "elmokit-base"]  # the masked LM's step has no lever of this file's before it
     if [n for n in names if n not in known]:
         parser.error(f"unknown variants; for --model {args.model}: {', '.join(known)}")
     torch.set_num_threads(args.threads)
@@ -323,11 +324,10 @@ def main(argv=None) -> None:
         tokenizer = train_tokenizers({kind}, work / "corpus", work / "tokenizers", args.vocab_size, args.max_tokens)[kind]
         total = (args.warmup + args.repeats) * args.steps
         gelu = args.model == "gpt2"
-        levers = {"elmokit-base": dict(sliced_loss=causal, loop_optimizer=True, gelu_new=gelu),
-                  "elmokit-loss": dict(logits_loss=True, loop_optimizer=True, gelu_new=gelu),
-                  "elmokit-fused-ce": dict(loop_optimizer=True, gelu_new=gelu),
-                  "elmokit-foreach": dict(sliced_loss=True, gelu_new=gelu),
-                  "elmokit-gelu": dict(sliced_loss=True, loop_optimizer=True), "elmokit": {}, "elmokit-fused": dict(fused=True),
+        levers = {"elmokit-base": dict(sliced_loss=causal, gelu_new=gelu),
+                  "elmokit-loss": dict(logits_loss=True, gelu_new=gelu), "elmokit-fused-ce": dict(gelu_new=gelu),
+                  "elmokit-gelu": dict(sliced_loss=True), "elmokit": {},
+                  "elmokit-foreach": dict(foreach=True), "elmokit-fused": dict(fused=True),
                   "elmokit-stock-head": dict(stock_head=True)}
         variants = []
         for name in names:

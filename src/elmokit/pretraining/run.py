@@ -403,7 +403,7 @@ class _PretrainRun:
         self.optimizer = torch.optim.AdamW(
             [{"params": [p for _, p in decay], "weight_decay": config.weight_decay},
              {"params": [p for _, p in no_decay], "weight_decay": 0.0}],
-            lr=config.lr, betas=(0.9, config.beta2), eps=config.eps, foreach=True)  # = the per-tensor loop, bit for bit
+            lr=config.lr, betas=(0.9, config.beta2), eps=config.eps)
         torch.manual_seed(config.seed * 1_000_003 + self.context.rank)
 
     def _record(self, tokenizer_dir: Path) -> dict:
@@ -562,7 +562,7 @@ class _PretrainRun:
                 n = parameter.numel()
                 parameter.grad.copy_(flat[offset:offset + n].view_as(parameter))
                 offset += n
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.config.clip_norm, foreach=True))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.config.clip_norm))
         targets = int(n_global) if context.enabled else int(out.n_targets)
         outcome = StepOutcome(loss, grad_norm, tokens, parts, {"targets": targets})
         if outcome.finite:
