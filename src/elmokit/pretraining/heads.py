@@ -110,9 +110,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     Forward: log-probabilities (N, V) = log_softmax(hidden @ weight.T), loss_n = -log p[n, y_n]. The
     gradient of the sum with respect to the logits, softmax - onehot (rows with target -100: zero), is
     then written over that buffer in place and kept for backward, where it meets the two matmuls. Against
-    ``F.cross_entropy(hidden @ weight.T, ...)`` this saves the log-softmax output, the zero-filled
-    (N, V) gradient of the NLL and the log-softmax backward pass: three N x V reads or writes of four.
-    The upstream gradient (a scalar) scales the (N, H) and (V, H) results, not the (N, V) matrix.
+    autograd on ``F.cross_entropy(hidden @ weight.T, ...)`` this skips the zero-filled (N, V) gradient of
+    the NLL and the log-softmax backward (which reads two N x V tensors and writes a third): the softmax
+    is one in-place pass instead. The upstream gradient (a scalar) scales the (N, H) and (V, H) results,
+    not the (N, V) matrix.
     """
 
     @staticmethod
