@@ -85,6 +85,77 @@ def masked_lm_loss(model, hidden: torch.Tensor, labels: torch.Tensor) -> HeadLos
     return HeadLoss(F.cross_entropy(logits.float(), targets, reduction="sum"), int(index.numel()))
 
 
+def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) labels shifted one to the left, -100 in the last column: position t's target is token t+1."""
+    targets = torch.full_like(labels, IGNORE_INDEX)
+    targets[:, :-1] = labels[:, 1:]
+    return targets
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> HeadLoss:
+    """Next-token cross-entropy (Radford et al. 2018 eq. 1) of (B, T, V) logits against (B, T) labels.
+
+    The targets are shifted, not the logits: ``logits[:, :-1]`` would copy B x (T-1) x V floats forward
+    and zero-fill and copy them again backward; the flat view costs nothing and the last column's -100
+    drops the same B predictions. Same terms, same order: equal to the sliced form (tested)."""
+    targets = next_token_targets(labels).reshape(-1)  # (B*T,)
+    flat = logits.reshape(-1, logits.size(-1))  # (B*T, V), a view of contiguous logits
+    return HeadLoss(F.cross_entropy(flat.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum"),
+                    int((targets != IGNORE_INDEX).sum()))
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of ``hidden @ weight.T`` whose backward needs no softmax pass of its own.
+
+    Forward: log-probabilities (N, V) = log_softmax(hidden @ weight.T), loss_n = -log p[n, y_n]. The
+    gradient of the sum with respect to the logits, softmax - onehot (rows with target -100: zero), is
+    then written over that buffer in place and kept for backward, where it meets the two matmuls. Against
+    autograd on ``F.cross_entropy(hidden @ weight.T, ...)`` this skips the zero-filled (N, V) gradient of
+    the NLL and the log-softmax backward (which reads two N x V tensors and writes a third): the softmax
+    is one in-place pass instead. The upstream gradient (a scalar) scales the (N, H) and (V, H) results,
+    not the (N, V) matrix.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets):
+        log_probs = torch.log_softmax(hidden @ weight.t(), dim=1)  # (N, V); the logits are freed here
+        ignored = targets == IGNORE_INDEX  # (N,)
+        safe = targets.masked_fill(ignored, 0).unsqueeze(1)  # (N, 1)
+        losses = -log_probs.gather(1, safe).squeeze(1).masked_fill(ignored, 0.0)  # (N,)
+        grad = log_probs.exp_()  # softmax, in the log-probabilities' buffer
+        grad.scatter_add_(1, safe, torch.full((grad.size(0), 1), -1.0, dtype=grad.dtype, device=grad.device))
+        if bool(ignored.any()):
+            grad.masked_fill_(ignored.unsqueeze(1), 0.0)
+        ctx.save_for_backward(hidden, weight, grad)
+        return losses.sum()
+
+    @staticmethod
+    def backward(ctx, upstream):
+        hidden, weight, grad = ctx.saved_tensors
+        grad_hidden = (grad @ weight) * upstream if ctx.needs_input_grad[0] else None  # (N, H)
+        grad_weight = (grad.t() @ hidden) * upstream if ctx.needs_input_grad[1] else None  # (V, H)
+        return grad_hidden, grad_weight, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> HeadLoss:
+    """Summed cross-entropy of the bias-free projection ``hidden @ weight.T`` (an LM head tied to the input
+    embeddings) against ``targets`` (-100: not predicted). hidden (N, H), weight (V, H), targets (N,).
+    Equal to ``F.cross_entropy`` on the logits up to float rounding (tested); fp32 throughout."""
+    total = _LinearCrossEntropy.apply(hidden.float(), weight.float(), targets)
+    return HeadLoss(total, int((targets != IGNORE_INDEX).sum()))
+
+
+def causal_lm_model_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> HeadLoss:
+    """Next-token loss of a transformers causal LM (GPT, GPT-2) on a (B, T) batch: its base model, then its
+    own output projection through ``linear_cross_entropy`` when that is a bias-free linear layer (the tied
+    LM heads of GPT and GPT-2), else the model's logits through ``causal_lm_loss``."""
+    head = model.get_output_embeddings()
+    if not (isinstance(head, nn.Linear) and head.bias is None):
+        return causal_lm_loss(model(input_ids=input_ids, attention_mask=attention_mask).logits, labels)
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]  # (B, T, H)
+    return linear_cross_entropy(hidden.reshape(-1, hidden.size(-1)), head.weight, next_token_targets(labels).reshape(-1))
+
+
 def next_sentence_loss(model, pooled: torch.Tensor, next_sentence_label: torch.Tensor) -> HeadLoss:
     """BERT's NSP loss from the pooled [CLS] output (B, H) and labels (B,) (0 IsNext, 1 NotNext)."""
     logits = model.cls.seq_relationship(pooled)  # (B, 2)

@@ -1,6 +1,6 @@
 """Pretraining objectives: what an objective gives the shared training loop.
 
-The loop (``elmokit.training.loop.StepLoop``, driven by ``elmokit.pretraining.run``) owns checkpoints, exact
+The loop (``elmokit.engine.steps.StepLoop``, driven by ``elmokit.pretraining.run``) owns checkpoints, exact
 resume, DDP, metrics and progress; an objective supplies its batches and its loss::
 
     class Objective(Protocol):
@@ -27,11 +27,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
-from elmokit.pretraining.heads import SpanBoundaryHead, masked_lm_loss, next_sentence_loss
+from elmokit.pretraining.heads import SpanBoundaryHead, causal_lm_model_loss, masked_lm_loss, next_sentence_loss
 from elmokit.pretraining.masking import (
     BERT_RATES,
     IGNORE_INDEX,
@@ -139,12 +138,9 @@ class CausalLMObjective:
             yield batch
 
     def loss(self, model, batch: Mapping[str, torch.Tensor]) -> ObjectiveLoss:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
-        targets = batch["labels"][:, 1:]
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
-        n = int((targets != IGNORE_INDEX).sum())
-        return ObjectiveLoss(loss, {"lm": float(loss.detach())}, n, int(batch["attention_mask"].sum()))
+        lm = causal_lm_model_loss(model, batch["input_ids"], batch["attention_mask"], batch["labels"])  # heads.py
+        loss = lm.mean
+        return ObjectiveLoss(loss, {"lm": float(loss.detach())}, lm.count, int(batch["attention_mask"].sum()))
 
 
 def bert(vocab: MaskingVocab, *, pad_id: int) -> MaskedLMObjective:

@@ -78,6 +78,7 @@ from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, update_if_fin
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.dialogue import parse_mix, parse_pools
+from elmokit.pretraining.fused import fuse_activations
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.registry import OBJECTIVES
 from elmokit.text.corpus import CorpusError, Position, expand_patterns
@@ -391,6 +392,7 @@ class _PretrainRun:
         size = preset(config.preset, **({"dropout": config.dropout} if config.dropout is not None else {}))
         self.model = build_model(self.spec.family, size, vocab_size=len(self.tokenizer), seed=config.seed,
                                  **special_ids(self.tokenizer))
+        fuse_activations(self.model)  # GPT-2's gelu_new as one kernel (fused.py); the saved config is unchanged
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed + 1)
             # ERNIE's three stages are thirds of the run's first max_steps (decay_steps: resolved once, so a
