@@ -1,5 +1,7 @@
 """Fixtures shared by the tests; helper functions live in testkit.py (importable by name)."""
 
+import os
+
 import pytest
 from testkit import random_tf_weights, tiny_options, write_original_files
 
@@ -19,3 +21,15 @@ def model_dir(tmp_path, tiny_original):
 
     save_native(load_original(*tiny_original[:2]), tmp_path / "model")
     return tmp_path / "model"
+
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_per_worker():
+    """Under pytest-xdist the workers already fill the cores: each test runs on one torch thread, so that two
+    workers' OpenMP pools never spin against each other (a command run in-process may have set more)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+    yield
