@@ -77,12 +77,44 @@ def train_parallel(*names: str) -> list[str]:
     return lines
 
 
+def serve_pinned() -> list[str]:
+    name = "serve_pinned"
+    rec = record(name)
+    library = rec["library"]
+    note = f" ({rec['note']})" if rec.get("note") else ""
+    lines = [f"Record `docs/benchmarks/{name}.json`, command `{command_of(rec)}`{note}: server and library on one "
+             f"thread of core {rec['server_core']}, the load generator on core {rec['load_core']}, "
+             f"{rec['per_request']} sentences a request.", "",
+             "| clients | requests | failures | sentences/s | p50 ms | p99 ms | vs library |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for level in rec["levels"]:
+        lines.append(f"| {level['users']} | {level['requests']:,} | {level['failures']} | {level['sentences_per_s']:.1f} | "
+                     f"{level['p50_ms']:.1f} | {level['p99_ms']:.1f} | "
+                     f"{100 * level['sentences_per_s'] / library['sentences_per_s']:.0f}% |")
+    lines.append(f"| library (1 thread, same core) | | | {library['sentences_per_s']:.1f} | "
+                 f"{library['single_call_p50_ms']:.1f} (one call) | | 100% |")
+    return lines
+
+
+def cli_startup() -> list[str]:
+    name = "cli_startup"
+    rec = record(name)
+    lines = [f"Record `docs/benchmarks/{name}.json`, command `{command_of(rec)}` (each a fresh process):", "",
+             "| command | median ms | min ms | max ms | runs |", "|---|---:|---:|---:|---:|"]
+    for row in rec["rows"]:
+        lines.append(f"| `{row['command']}` | {1000 * row['median_s']:.1f} | {1000 * row['min_s']:.1f} | "
+                     f"{1000 * row['max_s']:.1f} | {row['runs']} |")
+    return lines
+
+
 TABLES: dict[str, Callable[[], list[str]]] = {
     "train-parallel": lambda: train_parallel("train_parallel"),
     "train-parallel-weak": lambda: train_parallel("train_parallel_weak", "train_parallel_weak_pairs"),
     "train-parallel-after-cuts": lambda: train_parallel("train_parallel_after_step_cuts"),
     "serve-load": serve_load,
     "serve-soak": serve_soak,
+    "serve-pinned": serve_pinned,
+    "cli-startup": cli_startup,
 }
 
 
