@@ -28,7 +28,8 @@ from pathlib import Path
 
 from elmokit.data_paths import shared_data
 from elmokit.io import atomic_path
-from elmokit.pretraining.dialogue import dlm_windows, extract_dialogues, quote_style, read_paragraph_documents, role_pattern
+from elmokit.pretraining.corpus import read_paragraph_documents
+from elmokit.pretraining.dialogue import dlm_windows, extract_dialogues, quote_style, role_pattern
 from elmokit.text.corpus import Tokenizer, expand_patterns
 
 WORDS = Tokenizer(kind="regex")

@@ -53,9 +53,9 @@ def split_sentences(paragraph: str) -> list[list[str]]:
     return [words for part in SENTENCE_END.split(paragraph) if (words := WORDS(part))]
 
 
-def read_documents(path: str | Path) -> Iterator[list[list[str]]]:
-    """The documents of one file (blank-line separated), each a list of sentences of words."""
-    document: list[list[str]] = []
+def read_paragraph_documents(path: str | Path) -> Iterator[list[str]]:
+    """The documents of one file (blank-line separated), each a list of its paragraphs (one a line)."""
+    document: list[str] = []
     try:
         with open_text(path) as handle:
             for line in handle:
@@ -64,11 +64,18 @@ def read_documents(path: str | Path) -> Iterator[list[list[str]]]:
                         yield document
                     document = []
                     continue
-                document.extend(split_sentences(line.strip()))
+                document.append(line.strip())
     except (UnicodeDecodeError, EOFError, OSError) as error:
         raise CorpusError(f"{path}: unreadable ({error}); fix: give UTF-8 text files (plain, .xz, .gz)") from None
     if document:
         yield document
+
+
+def read_documents(path: str | Path) -> Iterator[list[list[str]]]:
+    """The documents of one file (blank-line separated), each a list of sentences of words."""
+    for paragraphs in read_paragraph_documents(path):
+        if sentences := [sentence for paragraph in paragraphs for sentence in split_sentences(paragraph)]:
+            yield sentences
 
 
 @dataclass

@@ -70,7 +70,6 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -79,10 +78,17 @@ from torch import nn
 
 from elmokit.errors import UserError
 from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
-from elmokit.pretraining.corpus import SpecialIds, encode_document, read_documents, segments, split_sentences
+from elmokit.pretraining.corpus import (
+    SpecialIds,
+    encode_document,
+    read_documents,
+    read_paragraph_documents,
+    segments,
+    split_sentences,
+)
 from elmokit.pretraining.heads import IGNORE_INDEX, masked_lm_loss
 from elmokit.pretraining.knowledge import STAGES, ErnieObjective
-from elmokit.text.corpus import CorpusError, expand_patterns, open_text
+from elmokit.text.corpus import expand_patterns
 from elmokit.text.subword_tokenizers import encode_words
 
 logger = logging.getLogger(__name__)
@@ -250,24 +256,6 @@ def extract_dialogues(paragraphs: Sequence[str], *, style: str | None = None, ma
             pending = (scanned.open_tail, turn_speaker)
     close()
     return dialogues
-
-
-def read_paragraph_documents(path: str | Path) -> Iterator[list[str]]:
-    """The documents of one corpus file (blank-line separated), each a list of paragraphs (one a line)."""
-    document: list[str] = []
-    try:
-        with open_text(path) as handle:
-            for line in handle:
-                if not line.strip():
-                    if document:
-                        yield document
-                    document = []
-                    continue
-                document.append(line.strip())
-    except (UnicodeDecodeError, EOFError, OSError) as error:
-        raise CorpusError(f"{path}: unreadable ({error}); fix: give UTF-8 text files (plain, .xz, .gz)") from None
-    if document:
-        yield document
 
 
 def corpus_dialogues(patterns: str | Sequence[str]) -> list[list[Turn]]:
