@@ -156,15 +156,17 @@ class Timed:
 
     def __init__(self, variant: Variant, preset: str, corpus: Path, tokenizers: dict[str, Path], args, run_dir: Path):
         from elmokit.engine.distributed import DistributedContext
+        from elmokit.engine.run_folder import RunFolder
         from elmokit.pretraining.registry import OBJECTIVES
-        from elmokit.pretraining.run import PretrainConfig, _PretrainRun
+        from elmokit.pretraining.run import RUN_KIND, PretrainConfig, _PretrainRun
 
         self.variant = variant
         spec = OBJECTIVES[variant.objective]
         config = PretrainConfig(objective=variant.objective, preset=preset, sbo=variant.sbo, max_tokens=args.max_tokens,
                                 tokenizer_dir=str(tokenizers[spec.tokenizer]), batch_size=args.batch_size,
                                 seed=args.seed, max_steps=1_000_000, warmup_steps=10, log_every=1_000_000)
-        self.run = _PretrainRun(run_dir, [str(corpus / "part.*.txt")], config, False, "benchmarks/pretrain_speed.py",
+        folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=False)
+        self.run = _PretrainRun(folder, [str(corpus / "part.*.txt")], config, "benchmarks/pretrain_speed.py",
                                 torch.device("cpu"), False, DistributedContext())
         # the first step (a warm-up round's) also counts one forward + backward's FLOPs (torch.utils.flop_counter)
         self.run.need_flops = True
