@@ -35,7 +35,7 @@ import torch
 
 from elmokit.data_paths import shared_data
 from elmokit.evaluation.trec import read_trec, validation_split
-from elmokit.transfer.finetune import FineTuneOptions, _max_positions, encode_batch, finetune_classifier, load_base
+from elmokit.transfer.finetune import FineTuneOptions, max_positions, encode_batch, finetune_classifier, load_base
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "results" / "gpt_aux_lm.json"
@@ -56,7 +56,7 @@ def lm_loss(model, tokenizer, sentences, *, batch_size: int = 64) -> float:
     """Mean next-token NLL (nats per predicted token) of the causal model on ``sentences``."""
     base = model.base if hasattr(model, "base") else model
     base.eval()
-    positions = _max_positions(base.config)
+    positions = max_positions(base.config)
     total, count = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(sentences), batch_size):
