@@ -35,7 +35,7 @@ import torch
 
 from elmokit.data_paths import shared_data
 from elmokit.evaluation.trec import read_trec, validation_split
-from elmokit.transfer.finetune import FineTuneOptions, max_positions, encode_batch, finetune_classifier, load_base
+from elmokit.transfer.finetune import FineTuneOptions, encode_batch, finetune_classifier, load_base, max_positions
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "results" / "gpt_aux_lm.json"
