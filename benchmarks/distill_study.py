@@ -46,7 +46,6 @@ AFTER = "<!-- family-curve:end -->"
 OUT = REPO / "docs" / "results" / "family" / "distill.json"
 CONTROL = REPO / "docs" / "results" / "family" / "untrained.json"
 STUDENTS = {"distilled": [], "mlm only": ["--alpha-ce", "0", "--alpha-cos", "0"]}
-NOISE = 1.0  # points: the family study's noise floor for a best-layer probe difference
 
 
 def log(*parts) -> None:
@@ -108,6 +107,9 @@ def part(result: dict) -> str:
         score = best(student["probe"])
         lines.append(f"| student, {name} | 1 | {layer_text(student['probe'])} | {score:.1f} | {100 * score / teacher:.1f}% | "
                      f"{100 * (score - control) / (teacher - control):.0f}% | {student['cpu_seconds']:.0f} |")
+    from family_study import study_noise_floor
+
+    noise, seed_sd, _ = study_noise_floor(REPO / "docs" / "results" / "family")
     distilled, ablated = (best(result["students"][n]["probe"]) for n in ("distilled", "mlm only"))
     retained = 100 * distilled / teacher
     margin = distilled - ablated
@@ -116,9 +118,9 @@ def part(result: dict) -> str:
     lines += ["", f"**Verdict.** The distilled student keeps {retained:.1f}% of the teacher's best-layer POS probe "
               f"(anchor ~97%: holds) and {100 * (distilled - control) / (teacher - control):.0f}% of its gain over "
               f"the control; the distillation terms are worth {margin:+.1f} points over MLM alone, "
-              + ("within noise" if abs(margin) < NOISE else ("holds" if margin > 0 else "reversed"))
-              + f" (one seed; noise floor ±{NOISE:.1f} as in the study, whose seed spread of this probe is median 0.6, "
-              "largest 2.2 points). "
+              + ("within noise" if abs(margin) < noise else ("holds" if margin > 0 else "reversed"))
+              + f" (one seed; noise floor ±{noise:.1f}, the study's, measured from its seeds' spread of this probe: "
+              f"s = {seed_sd:.2f} points). "
               + ("Every model's best layer here is the embedding layer (layer 0), which the student copies from the "
                  "teacher and keeps training, so at this scale the claim is about embeddings: it holds, but it "
                  "says little about what half the blocks keep. " if at_embeddings else "")

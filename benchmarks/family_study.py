@@ -413,6 +413,19 @@ def compare(seeds: dict, a: str, b: str, what: str) -> str:
     return f"{what}: {a} vs {b}: " + ", ".join(parts)
 
 
+def measured_noise_floor(seeds: dict, curve=None) -> tuple[float, float, int] | None:
+    """The noise floor from the seeds themselves: twice the standard error of a difference between two models'
+    means over n seeds, 2 * sqrt(2 s^2 / n), with s^2 the within-model variance of the best-layer score pooled
+    over every model run with n >= 2 seeds. Returns (floor, s, n), or None with fewer than two seeds."""
+    groups = [v for v in (best_per_seed(seeds, k, curve) for k in seeds) if len(v) >= 2]
+    if not groups:
+        return None
+    n = min(len(v) for v in groups)
+    groups = [v[:n] for v in groups]
+    pooled = sum(sum((x - mean(v)) ** 2 for x in v) for v in groups) / sum(n - 1 for _ in groups)
+    return 2 * (2 * pooled / n) ** 0.5, pooled ** 0.5, n
+
+
 def verdict(margin: float | list[float], noise: float) -> str:
     """'holds' / 'reversed' when the (mean) margin is at least the noise floor and every seed agrees in sign;
     else 'within noise'."""
@@ -433,6 +446,15 @@ def load_replicates(results: Path, names: list[str]) -> dict[str, list[dict]]:
             if path.exists():
                 out.setdefault(name, []).append(json.loads(path.read_text()))
     return out
+
+
+def study_noise_floor(results: Path) -> tuple[float, float, int] | None:
+    """measured_noise_floor over the study's records in ``results`` (its seed and the replicates beside it):
+    the one floor every section built on the study judges its margins by."""
+    records = {p.stem: json.loads(p.read_text()) for p in results.glob("*.json")}
+    records = {n: r for n, r in records.items() if "pretraining" in r}  # the study's models, not other records
+    replicates = load_replicates(results, list(records))
+    return measured_noise_floor({n: [r, *replicates.get(n, [])] for n, r in records.items()})
 
 
 def build_section(records: list[dict], args, corpus: dict | None, figure: Path | None, noise: float,
@@ -584,9 +606,18 @@ def seed_table(seeds: dict[str, list[dict]], commands: list[str] = ()) -> list[s
     return out
 
 
-def claims(seeds: dict[str, list[dict]], noise: float, test_tokens: int) -> list[str]:
+def claims(seeds: dict[str, list[dict]], noise: float | None, test_tokens: int) -> list[str]:
     """Each published claim against our numbers, with margins (means over the seeds run, each seed's beside
-    it); written from the numbers, not tuned to them."""
+    it); written from the numbers, not tuned to them. ``noise`` None: the floor measured from the seeds."""
+    measured = measured_noise_floor(seeds)
+    if noise is None and measured is not None:
+        noise, s, n = measured
+        noise_said = (f"measured: twice the standard error of a difference between two models' {n}-seed means, "
+                      f"2·sqrt(2s²/{n}), s = {s:.2f} points the seed-to-seed standard deviation of the best-layer POS "
+                      "probe pooled over the models")
+    else:
+        noise = 1.0 if noise is None else noise
+        noise_said = "set by --noise (one seed: no seed variance to measure it from)"
     se = 100 * (0.2 * 0.8 / test_tokens) ** 0.5
     records = {k: v[0] for k, v in seeds.items()}
     repeated = sorted(k for k, v in seeds.items() if len(v) > 1)
@@ -598,10 +629,10 @@ def claims(seeds: dict[str, list[dict]], noise: float, test_tokens: int) -> list
                   "brackets), and a claim whose seeds disagree in sign is within noise whatever its mean."
                   if repeated else "One seed per objective.")
     out = ["### The published claims at this scale", "",
-           f"{seeds_said} Noise floor used below: ±{noise:.1f} points (the binomial standard error of an "
-           f"accuracy near 80% on {test_tokens:,} test tokens is {se:.2f} points, and tokens of one sentence are not "
-           "independent; the seed-to-seed spread of pretraining is larger: see the seeds table above where it is "
-           "measured), so a margin under it is called 'within noise'.", ""]
+           f"{seeds_said} Noise floor used below: ±{noise:.1f} points, {noise_said} (the binomial standard error "
+           f"of an accuracy near 80% on {test_tokens:,} test tokens is only {se:.2f} points: the seed-to-seed spread "
+           "of pretraining dominates), so a margin under it is called 'within noise'; the same floor judges every "
+           "claim below, WSD's included.", ""]
     elmo = records.get("elmo")
     control = records.get(CONTROL)
     transformers = {k: v for k, v in records.items() if k not in ("elmo", CONTROL)}
@@ -727,7 +758,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sst-sentences", type=int, default=2000, help="SST-2 training sentences for its probe")
     parser.add_argument("--probe-iter", type=int, default=200, help="L-BFGS iterations per probe fit")
     parser.add_argument("--semcor-sentences", type=int, default=10000, help="SemCor sentences for WSD (0: no WSD)")
-    parser.add_argument("--noise", type=float, default=1.0, help="margin in points below which a claim is 'within noise'")
+    parser.add_argument("--noise", type=float, default=None,
+                        help="margin in points below which a claim is 'within noise' (default: measured from the seeds' spread)")
     parser.add_argument("--no-elmo", action="store_true", help="do not measure the default ELMo")
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "family_study"))
     parser.add_argument("--out-dir", default=str(REPO / "docs" / "results" / "family"))

@@ -52,3 +52,22 @@ def test_a_measurement_is_kept_only_for_the_run_it_was_made_on(study, tmp_path, 
     assert study.same_run(record("a", [1.0], curve=[(1, 100, 9.0), (2, 200, 8.5)]), run)
     assert not study.same_run(record("a", [1.0], curve=[(1, 100, 9.0), (2, 200, 8.4)]), run)
     assert not study.same_run({"name": "a"}, run)
+
+
+def test_the_noise_floor_is_measured_from_the_seed_spread(study, tmp_path):
+    # best layers: a 66.0 / 62.5, b 64.0 / 63.0; within-model variances (n=2, ddof 1): 6.125 and 0.5
+    seeds = {"a": [record("a", [60.0, 66.0]), record("a", [61.0, 62.5], 1)],
+             "b": [record("b", [64.0, 63.0]), record("b", [63.0, 60.0], 1)],
+             "c": [record("c", [50.0])]}  # one seed: no variance to pool
+    floor, s, n = study.measured_noise_floor(seeds)
+    pooled = (6.125 + 0.5) / 2
+    assert n == 2 and s == pytest.approx(pooled ** 0.5)
+    assert floor == pytest.approx(2 * (2 * pooled / 2) ** 0.5)
+    assert study.measured_noise_floor({"c": seeds["c"]}) is None
+    # the same floor from the records on disk (another record without a study model is ignored)
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(seeds[name][0]))
+        (tmp_path / "seed1").mkdir(exist_ok=True)
+        (tmp_path / "seed1" / f"{name}.json").write_text(json.dumps(seeds[name][1]))
+    (tmp_path / "distill.json").write_text(json.dumps({"teacher": {}}))
+    assert study.study_noise_floor(tmp_path) == pytest.approx((floor, s, n))
