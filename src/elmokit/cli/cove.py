@@ -23,9 +23,8 @@ from elmokit.cli.common import (
     positive_float,
     positive_int,
     probability,
-    run_reporting_errors,
 )
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 from elmokit.transfer.cove_presets import PRESETS
 
 
@@ -96,7 +95,7 @@ def _register_train(sub) -> None:
                    help="skip up to N steps whose loss or gradient is NaN/inf; one more stops the run (default: 0)")
     t.add_argument("--no-bleu", action="store_true", help="skip BLEU on the held-out splits at the end")
     add_threads_argument(p)
-    p.set_defaults(func=lambda args: _run("cove train", run_train, args))
+    p.set_defaults(func=run_train)
 
 
 def _register_bleu(sub) -> None:
@@ -111,15 +110,7 @@ def _register_bleu(sub) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per decoding batch (default: %(default)s)")
     p.add_argument("--out", default=None, help="write the result as JSON here (default: print only)")
     add_threads_argument(p)
-    p.set_defaults(func=lambda args: _run("cove bleu", run_bleu, args))
-
-
-def _run(command, func, args) -> int:
-    try:
-        return run_reporting_errors(command, func, args)
-    except ValueError as error:  # parallel files, vectors or model folders that do not fit: the message names them
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
-        return 2
+    p.set_defaults(func=run_bleu)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -135,7 +126,7 @@ def run_train(args: argparse.Namespace) -> int:
     src, tgt = args.src or saved.get("src"), args.tgt or saved.get("tgt")
     vectors = args.vectors or saved.get("vectors", {}).get("path")
     if not (src and tgt and vectors):
-        raise ValueError("give --src, --tgt and --vectors (or --resume a run folder that has them)")
+        raise UserError("give --src, --tgt and --vectors (or --resume a run folder that has them)")
     sizes = {**PRESETS[args.preset], **{k: v for k, v in (("hidden_dim", args.hidden_dim), ("decoder_dim", args.decoder_dim),
              ("target_embedding_dim", args.target_embedding_dim), ("dropout", args.dropout)) if v is not None}}
     training = CoveTrainingConfig(
@@ -167,7 +158,7 @@ def run_bleu(args: argparse.Namespace) -> int:
     lowercase_source = model.config.source_lowercase
     if args.src or args.tgt:
         if not (args.src and args.tgt):
-            raise ValueError("--src and --tgt go together")
+            raise UserError("--src and --tgt go together")
         run = Path(args.model) if (Path(args.model) / "training.json").is_file() else Path(args.model).parent
         lower_target = True
         if (run / "training.json").is_file():
@@ -182,7 +173,7 @@ def run_bleu(args: argparse.Namespace) -> int:
         training = CoveTrainingConfig.from_dict(record["training"])
         data = record["data"]
         if data["format"] != "verses":
-            raise ValueError(f"{run}: trained on plain files, so no books were held out; give --src and --tgt")
+            raise UserError(f"{run}: trained on plain files, so no books were held out; give --src and --tgt")
         all_splits = read_parallel(data["src"], data["tgt"], source_lowercase=lowercase_source,
                                    target_lowercase=training.lowercase_target, valid_books=training.valid_books,
                                    test_books=training.test_books)

@@ -16,7 +16,6 @@ from elmokit.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.cli.training_common import SettingError, add_config_flags
 
@@ -61,7 +60,7 @@ def register(subparsers) -> None:
     parser.add_argument("--tinybert-attention", type=non_negative_float, default=0.0,
                         help="weight of TinyBERT's attention MSE (default: 0 = off)")
     parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
-    parser.set_defaults(func=lambda args: run_reporting_errors("distill", run, args))
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

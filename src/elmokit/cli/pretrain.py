@@ -25,7 +25,6 @@ from elmokit.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.cli.training_common import SettingError, add_config_flags, interrupted
 from elmokit.pretraining.names import OBJECTIVE_NAMES
@@ -112,7 +111,7 @@ def register(subparsers) -> None:
     add_config_flags(parser, PRETRAIN_FLAGS, defaults)
     parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_reporting_errors("pretrain", run, args))
+    parser.set_defaults(func=run)
 
 
 def resolve(args: argparse.Namespace):

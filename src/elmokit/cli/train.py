@@ -25,7 +25,6 @@ from elmokit.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.cli.training_common import (
     SettingError,
@@ -109,7 +108,7 @@ def register(subparsers) -> None:
     add_tokenizer_arguments(parser)
     parser.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_reporting_errors("train", run, args))
+    parser.set_defaults(func=run)
 
 
 def parse_sets(items: list[str]) -> dict:

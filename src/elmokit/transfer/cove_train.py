@@ -49,7 +49,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
 )
 from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
-from elmokit.errors import InputNotFound
+from elmokit.errors import InputNotFound, UserError
 from elmokit.io import atomic_path
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Tokenizer, open_text
@@ -107,11 +107,11 @@ class CoveTrainingConfig(SavedConfig):
         for name in ("batch_size", "max_length", "target_vocab_size", "target_min_count", "checkpoint_every",
                      "keep_checkpoints", "log_every", "valid_every"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.skip_nonfinite_steps < 0:
-            raise ValueError(f"skip_nonfinite_steps must be >= 0, got {self.skip_nonfinite_steps}")
+            raise UserError(f"skip_nonfinite_steps must be >= 0, got {self.skip_nonfinite_steps}")
         if self.max_steps is None and self.epochs is None:
-            raise ValueError("give max_steps or epochs (--max-steps N or --epochs N): when to stop")
+            raise UserError("give max_steps or epochs (--max-steps N or --epochs N): when to stop")
         object.__setattr__(self, "valid_books", tuple(self.valid_books))
         object.__setattr__(self, "test_books", tuple(self.test_books))
 
