@@ -71,6 +71,7 @@ from elmokit.engine.run_folder import (
 )
 from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
 from elmokit.errors import UserError
+from elmokit.formats.checks import refuse_non_finite_read
 from elmokit.io import atomic_directory
 from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
 from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, mask_tokens
@@ -357,6 +358,7 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
     teacher_dir = check_teacher(teacher_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(teacher_dir))
     teacher = AutoModelForMaskedLM.from_pretrained(str(teacher_dir))
+    refuse_non_finite_read(teacher.state_dict(), Path(teacher_dir) / "model.safetensors")
     student = student_from_teacher(teacher, seed=config.seed)
     objective = DistillationObjective(teacher, MaskingVocab.from_tokenizer(tokenizer), pad_id=tokenizer.pad_token_id,
                                       config=losses, student_hidden=student.config.dim)
