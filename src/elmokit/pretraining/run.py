@@ -74,7 +74,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
 )
 from elmokit.engine.schedules import warmup_linear_decay
-from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, update_if_finite
+from elmokit.engine.steps import Launch, RunResult, StepLoop, StepOutcome, corpus_list, update_if_finite
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.dialogue import parse_mix, parse_pools
@@ -253,38 +253,21 @@ def open_pretrain_run(run_dir: str | os.PathLike, resume: bool) -> tuple[RunFold
     return folder, (folder.saved("pretraining", PretrainConfig.from_dict) if folder.record is not None else None)
 
 
-def pretrain(
-    run_dir: str | os.PathLike,
-    *,
-    corpus: str | list[str],
-    config: PretrainConfig,
-    resume: bool = False,
-    command: str | None = None,
-    device: str | None = None,
-    progress: bool = True,
-    context: DistributedContext | None = None,
-    init_method: str | None = None,
-    dist_timeout_s: float = 300.0,
-    folder: RunFolder | None = None,
-) -> RunResult:
+def pretrain(run_dir: str | os.PathLike, *, corpus: str | list[str], config: PretrainConfig, **launch) -> RunResult:
     """Pretrain (or resume) ``config.objective`` on ``corpus`` into ``run_dir``. See the module docstring.
-    ``folder``: the run folder as ``open_pretrain_run`` opened it (opened here when not given)."""
-    run_dir = Path(run_dir)
-    corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else [os.fspath(c) for c in corpus]
+    ``launch``: the keywords of ``elmokit.engine.steps.Launch`` (resume, command, device, progress, context,
+    init_method, dist_timeout_s, folder: the run folder as ``open_pretrain_run`` opened it)."""
+    run_dir, launch = Path(run_dir), Launch(**launch)
+    folder = launch.folder
     if folder is None or folder.path != run_dir:
-        folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
-    context = context or DistributedContext.from_environment()
-    torch_device = context.device(device)
-    context.init_process_group(torch_device, init_method=init_method, timeout_s=dist_timeout_s)
-    try:
-        run = _PretrainRun(folder, corpus, config, command, torch_device, progress, context)
+        folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=launch.resume)
+    with launch.started() as (context, device):
+        run = _PretrainRun(folder, corpus_list(corpus), config, launch.command, device, launch.progress, context)
         if folder.resuming:
             run.resume()
         run.loop()
         run.steps.save_final()
         return run.export()
-    finally:
-        context.destroy()
 
 
 def _tokenizer_lines(files: list[Path], limit: int):
