@@ -40,7 +40,7 @@ from torch import nn
 from elmokit.bilm import BiLM, BiLMConfig
 from elmokit.formats import ModelFolderError, resolve_model_path
 from elmokit.formats.native import read_native, read_weights_file, write_native
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, write_json
 from elmokit.text.vocab import Vocabulary
 
 LM_WEIGHTS_NAME = "lm.safetensors"  # softmax weights, beside the inference model's model.safetensors
@@ -481,8 +481,7 @@ class LanguageModel(nn.Module):
             )
         vocabulary.save(directory / VOCAB_NAME)
         data = {"format_version": 1, "vocab_size": self.vocab_size, "vocab_file": VOCAB_NAME, **(info or {})}
-        with atomic_path(directory / LM_INFO_NAME) as tmp:
-            Path(tmp).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        write_json(directory / LM_INFO_NAME, data)
         return directory
 
     @classmethod

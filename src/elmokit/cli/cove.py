@@ -149,7 +149,7 @@ def run_train(args: argparse.Namespace) -> int:
 def run_bleu(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from elmokit.io import atomic_path
+    from elmokit.io import write_json
     from elmokit.transfer.cove import load_cove_model
     from elmokit.transfer.cove_train import CoveTrainingConfig, evaluate_bleu, read_parallel
 
@@ -184,6 +184,5 @@ def run_bleu(args: argparse.Namespace) -> int:
         print(f"{name} BLEU {value['bleu']:.2f} ({value['sentences']} sentences, greedy; precisions {value['precisions']}, "
               f"BP {value['bp']})")
     if args.out:
-        with atomic_path(args.out) as tmp:
-            Path(tmp).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        write_json(args.out, results)
     return 0

@@ -20,7 +20,6 @@ one-token sentence. Further evaluations (perplexity, probes) add their own actio
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -223,12 +222,11 @@ def _check_out(args) -> None:
 
 
 def _write_json(path, payload) -> None:
-    from elmokit.io import atomic_path
+    from elmokit.io import write_json
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(out, _clean(payload), ensure_ascii=False)
 
 
 def _command(args) -> list[str]:

@@ -45,12 +45,11 @@ from elmokit.engine.run_folder import (
     read_metrics,
     resume_differences,
     truncate_metrics,
-    write_json,
 )
 from elmokit.engine.steps import Launch, NonFiniteError, RunResult, StepLoop, StepOutcome, corpus_list
 from elmokit.evaluation.perplexity import perplexity, stream_backward_perplexity, stream_forward_perplexity
 from elmokit.formats import WEIGHTS_NAME, resolve_model_path
-from elmokit.io import atomic_directory
+from elmokit.io import atomic_directory, write_json
 from elmokit.lm import LM_WEIGHTS_NAME, Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 from elmokit.text.corpus import Corpus, Position

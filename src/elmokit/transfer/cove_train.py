@@ -50,7 +50,7 @@ from elmokit.engine.run_folder import (
 )
 from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
 from elmokit.errors import InputNotFound, UserError
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, write_json
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Tokenizer, open_text
 from elmokit.transfer.cove import (
@@ -436,8 +436,7 @@ def write_bleu(run_dir: Path, results: dict, step: int) -> None:
 
     record = {"step": step, "sacrebleu": sacrebleu.__version__, "tokenize": "none (regex-tokenised text)",
               "splits": results}
-    with atomic_path(run_dir / "bleu.json") as tmp:
-        Path(tmp).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_json(run_dir / "bleu.json", record)
     for name, result in results.items():
         logger.debug("%s BLEU %.2f (%d sentences, greedy)", name, result["bleu"], result["sentences"])
 
