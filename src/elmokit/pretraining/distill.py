@@ -292,13 +292,9 @@ class DistillRunConfig(SavedConfig):
     skip_nonfinite_steps: int = resumable(0)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_tokens", "max_steps", "checkpoint_every", "keep_checkpoints", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.seed < 0 or self.skip_nonfinite_steps < 0:
-            raise ValueError("seed and skip_nonfinite_steps must be at least 0")
-        if not (self.lr > 0 and self.clip_norm > 0):
-            raise ValueError("lr and clip_norm must be > 0")
+        self.require(">= 1", "batch_size", "max_tokens", "max_steps", "checkpoint_every", "keep_checkpoints", "log_every")
+        self.require(">= 0", "seed", "skip_nonfinite_steps")
+        self.require("finite > 0", "lr", "clip_norm")
 
 
 def check_teacher(teacher_dir: str | os.PathLike) -> Path:

@@ -42,23 +42,21 @@ mean is weighted by the MLM targets, so BERT's total is close to, not equal to, 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
-import math
 import os
 import shlex
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_weights, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
@@ -91,11 +89,12 @@ TOKENIZER_TEMPLATES = {"wordpiece": None, "wordpiece-uncased": None, "roberta": 
 
 
 @dataclass(frozen=True, kw_only=True)
-class PretrainConfig:
+class PretrainConfig(SavedConfig):
     """How to pretrain. Saved in ``training.json`` (with ``format_version``). Batches are global. Fields
     declared ``resumable()`` may differ when a run is resumed (they do not change what a step computes)."""
 
     FORMAT_VERSION: ClassVar[int] = 1
+    WHAT = "pretraining config"
 
     objective: str
     preset: str = "tiny"
@@ -153,9 +152,7 @@ class PretrainConfig:
             raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         if self.max_steps is None and self.epochs is None and self.max_seconds is None:
             raise ValueError("give max_steps, epochs or max_seconds (how long to train)")
-        if self.max_seconds is not None and not (isinstance(self.max_seconds, (int, float))
-                                                 and math.isfinite(self.max_seconds) and self.max_seconds > 0):
-            raise ValueError(f"max_seconds must be a finite number > 0, got {self.max_seconds!r}")
+        self.require("finite > 0", "max_seconds", "lr", "eps", "clip_norm")
         if self.sbo and self.objective != "spanbert":
             raise ValueError("--sbo (the span boundary objective) goes with --objective spanbert")
         ernie_set = [name for name in ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities")
@@ -201,20 +198,11 @@ class PretrainConfig:
         order = ("basic", "phrase", "entity")
         if not stages or any(s not in order for s in stages) or stages != sorted(set(stages), key=order.index):
             raise ValueError(f"ernie_stages {self.ernie_stages!r}: give some of basic,phrase,entity, each once, in that order")
-        for name in ("lr", "eps", "clip_norm"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if not 0 <= self.beta2 < 1 or not 0 <= self.weight_decay or (self.dropout is not None and not 0 <= self.dropout < 1):
             raise ValueError("beta2 and dropout must be in [0, 1), weight_decay >= 0")
-        for name in ("max_steps", "epochs", "max_tokens", "warmup_steps", "decay_steps"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        for name in ("vocab_size", "tokenizer_lines", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        if self.seed < 0 or self.skip_nonfinite_steps < 0:
-            raise ValueError("seed and skip_nonfinite_steps must be at least 0")
+        self.require(">= 1", "max_steps", "epochs", "max_tokens", "warmup_steps", "decay_steps", "vocab_size",
+                     "tokenizer_lines", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every")
+        self.require(">= 0", "seed", "skip_nonfinite_steps")
         positions = PRESETS[self.preset].max_positions
         if self.max_tokens is not None and self.max_tokens > positions:
             raise ValueError(f"max_tokens {self.max_tokens} is more than the {positions} positions of preset {self.preset!r}")
@@ -229,16 +217,6 @@ class PretrainConfig:
     @property
     def example_tokens(self) -> int:
         return self.max_tokens or PRESETS[self.preset].max_positions
-
-    def replace(self, **changes: Any) -> PretrainConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PretrainConfig:
-        return config_from_dict(cls, data, "pretraining config")
 
 
 def learning_rate(config: PretrainConfig, step: int) -> float:

@@ -104,12 +104,10 @@ class CoveTrainingConfig(SavedConfig):
     skip_nonfinite_steps: int = resumable(0)  # skip up to this many steps whose loss or gradient is NaN/inf; then stop
 
     def __post_init__(self):
-        for name in ("batch_size", "max_length", "target_vocab_size", "target_min_count", "checkpoint_every",
-                     "keep_checkpoints", "log_every", "valid_every"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.skip_nonfinite_steps < 0:
-            raise UserError(f"skip_nonfinite_steps must be >= 0, got {self.skip_nonfinite_steps}")
+        self.require(">= 1", "batch_size", "max_length", "target_vocab_size", "target_min_count", "checkpoint_every",
+                     "keep_checkpoints", "log_every", "valid_every", "max_steps", "epochs")
+        self.require(">= 0", "skip_nonfinite_steps")
+        self.require("finite > 0", "lr", "clip_norm")
         if self.max_steps is None and self.epochs is None:
             raise UserError("give max_steps or epochs (--max-steps N or --epochs N): when to stop")
         object.__setattr__(self, "valid_books", tuple(self.valid_books))
