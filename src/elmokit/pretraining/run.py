@@ -88,6 +88,15 @@ RUN_KIND = "pretrain"
 TOKENIZER_TEMPLATES = {"wordpiece": None, "wordpiece-uncased": None, "roberta": "roberta", "gpt2": "gpt2"}
 
 
+# The fields only some objectives read (objectives -> fields): changed under another objective, an error.
+OBJECTIVE_FIELDS = {
+    ("ernie-dlm",): ("dlm_mix", "dlm_dialogues", "dlm_text", "dlm_fake_rate"),
+    ("ernie", "ernie-dlm"): ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities"),
+    ("ernie2",): ("ernie2_tasks", "ernie2_schedule", "ernie2_task_iterations", "ernie2_reorder_pieces"),
+    ("ernie-thu",): ("ernie_thu_wordnet", "ernie_thu_transe", "ernie_thu_mentions", "ernie_thu_k_layers", "ernie_thu_fusion"),
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class PretrainConfig(SavedConfig):
     """How to pretrain. Saved in ``training.json`` (with ``format_version``). Batches are global. Fields
@@ -155,21 +164,13 @@ class PretrainConfig(SavedConfig):
         self.require("finite > 0", "max_seconds", "lr", "eps", "clip_norm")
         if self.sbo and self.objective != "spanbert":
             raise ValueError("--sbo (the span boundary objective) goes with --objective spanbert")
-        ernie_set = [name for name in ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities")
-                     if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        dlm_set = [name for name in ("dlm_mix", "dlm_dialogues", "dlm_text", "dlm_fake_rate")
-                   if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if dlm_set and self.objective != "ernie-dlm":
-            raise ValueError(f"{', '.join(dlm_set)} go with --objective ernie-dlm")
+        for objectives, names in OBJECTIVE_FIELDS.items():
+            given = [name for name in names if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+            if given and self.objective not in objectives:
+                raise ValueError(f"{', '.join(given)} go with --objective {objectives[0]}")
         if not 0 <= self.dlm_fake_rate <= 1:
             raise ValueError(f"dlm_fake_rate must be in [0, 1], got {self.dlm_fake_rate!r}")
         parse_mix(self.dlm_mix, list(parse_pools(self.dlm_text)))  # a bad mix is refused before anything is written
-        if ernie_set and self.objective not in ("ernie", "ernie-dlm"):
-            raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
-        ernie2_set = [name for name in ("ernie2_tasks", "ernie2_schedule", "ernie2_task_iterations", "ernie2_reorder_pieces")
-                      if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if ernie2_set and self.objective != "ernie2":
-            raise ValueError(f"{', '.join(ernie2_set)} go with --objective ernie2")
         tasks2 = [t.strip() for t in self.ernie2_tasks.split(",") if t.strip()]
         known2 = ("km", "cap", "tdr", "reorder", "distance", "discourse")
         if not tasks2 or any(t not in known2 for t in tasks2) or len(set(tasks2)) != len(tasks2):
@@ -180,10 +181,6 @@ class PretrainConfig(SavedConfig):
                 and self.ernie2_task_iterations < len(tasks2) + 1:
             raise ValueError(f"ernie2_task_iterations {self.ernie2_task_iterations} cannot be spread over {len(tasks2)} "
                              f"stages; give at least {len(tasks2) + 1}")
-        thu_set = [name for name in ("ernie_thu_wordnet", "ernie_thu_transe", "ernie_thu_mentions", "ernie_thu_k_layers",
-                                     "ernie_thu_fusion") if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if thu_set and self.objective != "ernie-thu":
-            raise ValueError(f"{', '.join(thu_set)} go with --objective ernie-thu")
         if self.objective == "ernie-thu" and not (self.ernie_thu_wordnet and self.ernie_thu_transe):
             raise ValueError("--objective ernie-thu needs --ernie-thu-wordnet (WordNet 3.0's folder or archive) and "
                              "--ernie-thu-transe (a folder of knowledge_graph.train_wordnet_transe)")
