@@ -58,6 +58,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from elmokit.errors import UserError
+from elmokit.formats.checks import refuse_non_finite_read
 from elmokit.io import atomic_path, output_directory, write_json
 from elmokit.static.cooccurrence import CooccurrenceConfig, build_vocab, count_cooccurrences
 from elmokit.static.defaults import ALGOS, DEFAULTS
@@ -329,4 +330,5 @@ def infer_doc_vectors(run_dir: str | os.PathLike, documents, *, epochs: int | No
 
 def load_doc_vectors(run_dir: str | os.PathLike) -> np.ndarray:
     """The trained document vectors (n_docs, dim); row i is the i-th non-empty corpus line."""
-    return load_file(str(Path(run_dir) / "docvecs.safetensors"))["docvecs"]
+    path = Path(run_dir) / "docvecs.safetensors"
+    return refuse_non_finite_read(load_file(str(path)), path)["docvecs"]
