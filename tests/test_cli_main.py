@@ -116,7 +116,7 @@ def fake_command(tmp_path, monkeypatch):
 def test_a_user_error_is_one_line_on_stderr_and_exit_2(fake_command, capsys):
     assert main(["fake", "user"]) == 2
     captured = capsys.readouterr()
-    assert captured.err == "elmokit fake: corpus.txt:3 is empty add a sentence\n" and captured.out == ""
+    assert captured.err == "elmokit fake: error: corpus.txt:3 is empty add a sentence\n" and captured.out == ""
 
 
 def test_anything_else_keeps_its_traceback(fake_command):

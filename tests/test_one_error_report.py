@@ -84,3 +84,37 @@ def test_no_command_module_keeps_its_own_list_of_user_errors():
     import elmokit.cli.common as common
 
     assert not hasattr(common, "USER_ERRORS")
+
+
+def test_every_command_reports_a_user_error_through_the_one_wrapper(tmp_path):
+    """Three commands that once had three reporters (main's, cli.common's, serve's own prints) give the same
+    line for their bad input, from a real ``elmokit`` process: ``elmokit CMD: error: MSG``, exit 2."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "nope.txt"
+    runs = {
+        "static train": ["static", "train", "--algo", "lsa", "--corpus", str(missing), "--out", str(tmp_path / "static")],
+        "vocab": ["vocab", "--corpus", str(missing), "--out", str(tmp_path / "vocab.txt")],
+    }
+    same = f"corpus pattern '{missing}' matches no file (fix: check the path, and quote the glob so the shell does not expand it)"
+    for command, argv in runs.items():
+        done = subprocess.run([sys.executable, "-m", "elmokit.cli.main", *argv], capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stderr, done.stdout) == (2, f"elmokit {command}: error: {same}\n", ""), command
+    assert not list(tmp_path.iterdir())  # neither wrote anything
+    done = subprocess.run([sys.executable, "-m", "elmokit.cli.main", "serve", "--port", "70000"], capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (2, "elmokit serve: error: --port 70000 is not a port (0..65535)\n")
+
+
+def test_no_command_module_reports_errors_itself():
+    """The wrapper in ``cli.main`` is the only code that prints ``error:`` or turns an exception into an exit status."""
+    from pathlib import Path
+
+    import elmokit.cli as cli
+    import elmokit.cli.common as common
+
+    assert not hasattr(common, "run_reporting_errors")
+    printers = [path.name for path in Path(cli.__file__).parent.glob("*.py")
+                if path.name != "main.py" and ": error:" in path.read_text(encoding="utf-8")]
+    assert printers == []

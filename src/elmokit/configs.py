@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any, ClassVar, Self, TypeVar
+
+from elmokit.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -53,3 +56,16 @@ class SavedConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         return config_from_dict(cls, data, cls.WHAT)
+
+    def require(self, rule: str, *names: str) -> None:
+        """Raise ``UserError`` naming the first of the fields ``names`` that breaks ``rule``: ``">= 0"``, ``">= 1"``
+        or ``"finite > 0"``. A field whose default is None passes when left None (not set)."""
+        fields = self.__dataclass_fields__  # type: ignore[attr-defined]
+        for name in names:
+            value = getattr(self, name)
+            if value is None and fields[name].default is None:
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not (number and (value > 0 if rule == "finite > 0" else value >= int(rule[3:]))):
+                wanted = "a finite number > 0" if rule == "finite > 0" else f"at least {rule[3:]}"
+                raise UserError(f"{name} must be {wanted}, got {value!r}")

@@ -1,6 +1,6 @@
 """The one base class of every error that is the user's to fix (a bad file, flag, folder or setting).
 
-The command line reports an ``UserError`` as one line (``elmokit <command>: <message>``) and exits 2;
+The command line reports a ``UserError`` as one line (``elmokit <command>: error: <message>``) and exits 2;
 anything else that escapes a command is a bug and keeps its traceback. A message names the thing
 (file and line, field, folder), what is wrong with it, and the fix where there is one.
 

@@ -200,6 +200,12 @@ def atomic_path(target: str | os.PathLike) -> Iterator[str]:
         os.replace(tmp, target)
 
 
+def write_json(target: str | os.PathLike, value, *, indent: int = 2, ensure_ascii: bool = True) -> None:
+    """``value`` as JSON text with a final newline, written through ``atomic_path``."""
+    with atomic_path(target) as tmp:
+        Path(tmp).write_text(json.dumps(value, indent=indent, ensure_ascii=ensure_ascii) + "\n", encoding="utf-8")
+
+
 def _exchange(first: Path, second: Path) -> bool:
     """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot,
     so the caller falls back to moving the old folder aside first."""
@@ -376,8 +382,7 @@ def write_output_record(folder: str | os.PathLike, *, command: str, artifact: st
     record = {"command": command, "files": files}
     if artifact is not None:
         record["artifact"] = artifact
-    with atomic_path(folder / OUTPUT_RECORD) as tmp:
-        Path(tmp).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_json(folder / OUTPUT_RECORD, record, indent=1)
 
 
 @contextlib.contextmanager

@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from elmokit.bilm import BiLM, BiLMConfig
 from elmokit.formats import ModelFolderError, resolve_model_path
-from elmokit.formats.native import read_native, write_native
-from elmokit.io import atomic_path
+from elmokit.formats.native import read_native, read_weights_file, write_native
+from elmokit.io import atomic_path, write_json
 from elmokit.text.vocab import Vocabulary
 
 LM_WEIGHTS_NAME = "lm.safetensors"  # softmax weights, beside the inference model's model.safetensors
@@ -481,8 +481,7 @@ class LanguageModel(nn.Module):
             )
         vocabulary.save(directory / VOCAB_NAME)
         data = {"format_version": 1, "vocab_size": self.vocab_size, "vocab_file": VOCAB_NAME, **(info or {})}
-        with atomic_path(directory / LM_INFO_NAME) as tmp:
-            Path(tmp).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        write_json(directory / LM_INFO_NAME, data)
         return directory
 
     @classmethod
@@ -497,7 +496,7 @@ class LanguageModel(nn.Module):
                 )
         config, state = read_native(directory)
         vocabulary = Vocabulary.load(directory / VOCAB_NAME)
-        head = load_file(str(directory / LM_WEIGHTS_NAME))
+        head = read_weights_file(directory / LM_WEIGHTS_NAME)  # damaged or non-finite: refused naming file and tensor
         info_path = directory / LM_INFO_NAME
         info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
         model = cls(config, len(vocabulary), bos_id=vocabulary.bos, eos_id=vocabulary.eos)
@@ -508,6 +507,6 @@ class LanguageModel(nn.Module):
                 f"({len(vocabulary)}, {config.projection_dim}) from {VOCAB_NAME} and config.json"
             )
         model.bilm.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
-        model.softmax_weight.data.copy_(weight)
-        model.softmax_bias.data.copy_(head["lm.softmax.bias"])
+        model.softmax_weight.data.copy_(torch.as_tensor(weight))
+        model.softmax_bias.data.copy_(torch.as_tensor(head["lm.softmax.bias"]))
         return model.eval(), vocabulary, info

@@ -2,8 +2,8 @@
 otherwise (a log file, a batch job, a pipe), never silence.
 
 ``progress_bar`` takes tqdm's common arguments and returns either a ``tqdm`` or a ``LogProgress``, which
-offers the part of tqdm's interface elmokit uses (iteration, ``update``, ``set_postfix``,
-``set_description``, ``close``, ``with``).
+offers the part of tqdm's interface elmokit uses (iteration, ``update``, ``set_postfix``, ``close``,
+``with``).
 """
 
 from __future__ import annotations
@@ -86,12 +86,6 @@ class LogProgress:
     def set_postfix(self, ordered_dict: dict | None = None, refresh: bool = True, **values: Any) -> None:
         values = {**(ordered_dict or {}), **values}
         self.postfix = ", ".join(f"{key}={value}" for key, value in values.items())
-
-    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
-        self.postfix = text
-
-    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
-        self.desc = desc or ""
 
     def refresh(self) -> None:
         """tqdm's redraw: a plain line waits for its interval."""

@@ -235,3 +235,22 @@ def test_distill_non_finite_step_is_skipped_and_counted_when_asked_else_stops_na
                                                                                       skip_nonfinite_steps=1), progress=False)
     [skipped] = [e for e in read_metrics(tmp_path / "skip") if "skipped" in e]
     assert result.step == 3 and skipped["step"] == 2 and skipped["skipped_nonfinite"] == 1
+
+
+def test_a_teacher_holding_one_nan_is_refused_naming_file_and_tensor(teacher_dir, tmp_path, capsys):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    teacher, corpus = teacher_dir
+    shutil.copytree(teacher, tmp_path / "teacher")
+    weights = tmp_path / "teacher" / "model.safetensors"
+    tensors = load_file(str(weights))
+    name = sorted(tensors)[0]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    capsys.readouterr()
+    assert _distill(tmp_path / "teacher", corpus, tmp_path / "run", "--max-steps", "1") == 2
+    line = capsys.readouterr().err.splitlines()[-1]  # after transformers' own loading bar
+    assert line.startswith(f"elmokit distill: error: {weights}: tensor '") and " holds 1 non-finite value" in line
+    assert not (tmp_path / "run" / "model").exists()

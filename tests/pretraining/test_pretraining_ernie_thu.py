@@ -238,7 +238,7 @@ def test_transe_vectors_round_trip_and_refuse_non_finite(tmp_path):
     assert again.names == ["a-n", "b-n"] and again.info == {"x": 1} and np.array_equal(again.entities, vectors.entities)
     vectors.entities[1, 2] = np.nan
     vectors.save(tmp_path / "bad")
-    with pytest.raises(KnowledgeGraphError, match="entities row 1 is not finite"):
+    with pytest.raises(KnowledgeGraphError, match=r"entities holds 1 non-finite value \(first: nan at \(1, 2\)\)"):
         TransEVectors.load(tmp_path / "bad")
 
 

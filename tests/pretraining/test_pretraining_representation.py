@@ -208,3 +208,25 @@ def test_an_encoder_decoder_folder_is_read_through_its_encoder(tmp_path, hand_to
     positions = [t for t, w in enumerate(encoded.word_ids(0)) if w is not None]
     assert vectors.shape == (3, len(words), 32)
     np.testing.assert_allclose(vectors, hidden[:, positions], rtol=1e-5, atol=1e-5)
+
+
+def test_a_transformer_folder_holding_one_nan_is_refused_at_load_naming_file_and_tensor(bert_folder, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from elmokit.formats.checks import NonFiniteFile
+    from elmokit.transfer.finetune import load_base
+
+    folder = tmp_path / "bert"
+    shutil.copytree(bert_folder[0], folder)
+    weights = folder / "model.safetensors"
+    tensors = load_file(str(weights))
+    name = next(n for n in sorted(tensors) if n.endswith("word_embeddings.weight"))
+    tensors[name][4, 1] = float("nan")
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    for load in (lambda: load_representation({"kind": "transformer", "path": str(folder)}), lambda: load_base(folder)):
+        with pytest.raises(NonFiniteFile) as caught:
+            load()
+        assert str(caught.value).startswith(f"{weights}: tensor '") and "word_embeddings.weight' holds 1 non-finite value " \
+            "(first: nan at (4, 1))" in str(caught.value)

@@ -132,3 +132,17 @@ def test_same_seed_same_vectors_different_seed_different(tmp_path, tiny_corpus, 
     first, again, other = train("a", 3), train("b", 3), train("c", 4)
     np.testing.assert_array_equal(first, again)
     assert not np.allclose(first, other)
+
+
+def test_document_vectors_holding_nan_are_refused_naming_file_and_tensor(tmp_path):
+    from safetensors.numpy import save_file
+
+    from elmokit.formats.checks import NonFiniteFile
+
+    vectors = np.ones((3, 4), dtype=np.float32)
+    vectors[2, 1] = np.nan
+    save_file({"docvecs": vectors}, str(tmp_path / "docvecs.safetensors"))
+    with pytest.raises(NonFiniteFile) as caught:
+        load_doc_vectors(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path / 'docvecs.safetensors'}: tensor 'docvecs' holds 1 non-finite value "
+                                        "(first: nan at (2, 1))")

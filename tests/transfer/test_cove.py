@@ -400,3 +400,26 @@ def test_a_non_finite_step_stops_naming_it_or_is_skipped_and_counted_when_asked(
     [skipped] = [e for e in metrics if "skipped" in e]
     assert skipped["step"] == 3 and skipped["skipped"].startswith("non-finite loss") and skipped["skipped_nonfinite"] == 1
     assert metrics[-1]["skipped_nonfinite"] == 1
+
+
+@pytest.mark.parametrize("file", ["model.safetensors", "vectors.safetensors"])
+def test_a_cove_folder_holding_one_nan_is_refused_at_load_naming_file_and_tensor(tmp_path, file):
+    from safetensors.torch import load_file, save_file
+
+    from elmokit.cli.main import main
+    from elmokit.formats.checks import NonFiniteFile
+    from elmokit.transfer.cove import save_cove_model
+
+    folder = save_cove_model(tmp_path / "cove", tiny_model(), WORDS, [f"t{i}" for i in range(TINY.target_vocab_size)])
+    load_cove_model(folder)  # finite: loads
+    tensors = load_file(str(folder / file))
+    name = sorted(tensors)[-1]
+    tensors[name].view(-1)[1] = float("nan")
+    save_file(tensors, str(folder / file))
+    expected = f"{folder / file}: tensor '{name}' holds 1 non-finite value (first: nan at "
+    with pytest.raises(NonFiniteFile) as caught:
+        CoveRepresentation.load(folder)
+    assert str(caught.value).startswith(expected)
+    (tmp_path / "in.txt").write_text("god said let there be light .\n", encoding="utf-8")
+    assert main(["embed", "--model", str(folder), str(tmp_path / "in.txt"), str(tmp_path / "out.h5")]) == 2
+    assert not (tmp_path / "out.h5").exists()

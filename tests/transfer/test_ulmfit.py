@@ -241,6 +241,28 @@ def test_a_damaged_ulmfit_folder_is_a_clear_error(tmp_path):
         train_ulmfit(([["a"], []], ["x", "y"]), ([["a"]], ["x"]), make_lm(), VOCAB)
 
 
+def test_ulmfit_folders_holding_one_nan_are_refused_at_load_naming_file_and_tensor(tmp_path):
+    """The classifier folder and the language model it starts from: one NaN is a one-line error naming both."""
+    from safetensors.torch import load_file, save_file
+
+    from elmokit.formats import ModelFolderError
+    from elmokit.formats.checks import NonFiniteFile
+
+    model, _, config = make_classifier()
+    ULMFiTClassifier(config, {"forward": model}, ["neg", "pos", "q"]).save(tmp_path / "clf")
+    make_lm().save(tmp_path / "lm", VOCAB)
+    for folder, file, error in ((tmp_path / "clf", "model.safetensors", NonFiniteFile),
+                                (tmp_path / "lm", "lm.safetensors", ModelFolderError)):
+        path = folder / file
+        tensors = load_file(str(path))
+        name = sorted(tensors)[0]
+        tensors[name].view(-1)[2] = float("inf")
+        save_file(tensors, str(path))
+        with pytest.raises(error) as caught:
+            (ULMFiTClassifier if folder.name == "clf" else LanguageModel).load(folder)
+        assert str(caught.value).startswith(f"{path}: tensor '{name}' holds 1 non-finite value (first: inf at ")
+
+
 # ---------------------------------------------------------------------- the CLI
 @pytest.fixture
 def lm_folder(tmp_path):

@@ -46,7 +46,7 @@ from elmokit.formats.embedding_hdf5 import (
     scan_input,
     select_output,
 )
-from elmokit.io import atomic_path, file_sha256
+from elmokit.io import atomic_path, file_sha256, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -231,8 +231,7 @@ def read_index(outdir: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def write_index(outdir: str | os.PathLike, index: dict[str, Any]) -> None:
-    with atomic_path(Path(outdir) / INDEX_NAME) as tmp:
-        Path(tmp).write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    write_json(Path(outdir) / INDEX_NAME, index, indent=1)
 
 
 def verified_records(outdir: Path, previous: dict[str, Any] | None, plan: list[Shard],

@@ -37,7 +37,6 @@ from elmokit.cli.common import (
     apply_threads,
     load_representation,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.cli.finetune_recipe import add_finetune_arguments, run_finetune_train
 from elmokit.cli.ulmfit_recipe import add_ulmfit_arguments, run_ulmfit_train
@@ -72,7 +71,7 @@ def register(subparsers) -> None:
                        "transformer folder --model with a classification layer (GPT/BERT; flags below) (default: %(default)s)")
     add_ulmfit_arguments(train)
     add_finetune_arguments(train)
-    train.set_defaults(func=lambda args: run_reporting_errors("classify train", run_train, args))
+    train.set_defaults(func=run_train)
 
     predict = sub.add_parser("predict", help="label the sentences of a file with a saved classifier",
                              description="Writes 'label<TAB>probability' per input line. The representation is the one "
@@ -87,7 +86,7 @@ def register(subparsers) -> None:
                            help_prefix="how input lines are cut (give the one the classifier was trained with): ")
     add_threads_argument(predict)
     add_representation_arguments(predict)
-    predict.set_defaults(func=lambda args: run_reporting_errors("classify predict", run_predict, args))
+    predict.set_defaults(func=run_predict)
 
     evaluate = sub.add_parser("eval", help="accuracy of a saved classifier on labelled data",
                               description="Prints the accuracy and error of a classifier written by `elmokit classify "
@@ -100,7 +99,7 @@ def register(subparsers) -> None:
     add_tokenizer_argument(evaluate, default="whitespace", help_prefix="how tsv sentences are cut: ")
     add_threads_argument(evaluate)
     add_representation_arguments(evaluate)
-    evaluate.set_defaults(func=lambda args: run_reporting_errors("classify eval", run_eval, args))
+    evaluate.set_defaults(func=run_eval)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 

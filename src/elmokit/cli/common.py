@@ -1,19 +1,14 @@
-"""Pieces every subcommand shares: model selection flags, error reporting, threads."""
+"""Pieces every subcommand shares: model selection flags, number types, threads."""
 
 from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import importlib.util
-import logging
 import os
-import signal
-import sys
-import threading
 from pathlib import Path
 
-from elmokit.errors import UserError, as_user_error
+from elmokit.errors import UserError
 from elmokit.text.corpus import TOKENIZER_KINDS
 
 TOKENIZER_HELP = ("whitespace (str.split), regex (\\w+|[^\\w\\s]), or a word segmenter for text written without "
@@ -212,62 +207,3 @@ def apply_model_threads(args: argparse.Namespace, model) -> int | None:
     if module is None:
         return None
     return apply_threads(args, sum(p.numel() for p in module.parameters()))
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the program is, so that every ``finally`` and every
-    temporary-file cleanup runs as for Ctrl-C (``elmokit.io.atomic_path``)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def signals_as_interrupts():
-    """While inside: SIGTERM (``kill``, a batch system's time limit) and SIGHUP (the terminal
-    closed) raise ``Terminated`` once; a second one while cleaning up is ignored. Signals set
-    to be ignored (``nohup``) stay ignored; only the main thread can take signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    raised = False
-
-    def handler(signum, frame):
-        nonlocal raised
-        if not raised:
-            raised = True
-            raise Terminated(signum)
-
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def run_reporting_errors(command: str, func, args: argparse.Namespace) -> int:
-    """Run ``func(args)``: user errors (``elmokit.errors.UserError``, and a missing file or a full disk
-    met by the standard library: ``as_user_error``) as one line (exit 2), Ctrl-C (130), SIGTERM (143) and
-    SIGHUP (129) as one line after the temporaries are removed."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    try:
-        with signals_as_interrupts():
-            return int(func(args) or 0)
-    except (ValueError, OSError) as error:  # UserError is a ValueError; as_user_error says which are the user's
-        user_error = as_user_error(error)
-        if user_error is None:
-            raise
-        print(f"elmokit {command}: error: {user_error}", file=sys.stderr)
-        return 2
-    except Terminated as stop:
-        name = signal.Signals(stop.signum).name
-        print(f"elmokit {command}: stopped by {name}; nothing was written to the output", file=sys.stderr)
-        return 128 + stop.signum
-    except KeyboardInterrupt:
-        print(f"elmokit {command}: interrupted; nothing was written to the output", file=sys.stderr)
-        return 130

@@ -7,8 +7,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from elmokit.cli.common import run_reporting_errors
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -21,7 +19,7 @@ def register(subparsers) -> None:
     parser.add_argument("destination", help="folder to write: a new or empty folder, or an earlier output of convert "
                         "(replaced atomically; anything else is refused, never deleted)")
     parser.add_argument("--to", choices=("native", "original"), default=None, help="target format (default: the other one)")
-    parser.set_defaults(func=lambda args: run_reporting_errors("convert", run, args))
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,14 +19,28 @@ import sys
 from elmokit.cli.common import (
     add_threads_argument,
     apply_threads,
+    dataclass_defaults,
     non_negative_int,
     positive_float,
     positive_int,
     probability,
-    run_reporting_errors,
 )
-from elmokit.errors import InputNotFound
+from elmokit.cli.training_common import STEP_LOOP_FLAGS, add_config_flags, add_run_folder_arguments
+from elmokit.errors import InputNotFound, UserError
 from elmokit.transfer.cove_presets import PRESETS
+
+# flag -> CoveTrainingConfig field; not given (None): the config's default
+TRAINING_FLAGS = {
+    **STEP_LOOP_FLAGS,
+    "batch_size": ("--batch-size", positive_int, "sentence pairs per step"),
+    "lr": ("--lr", positive_float, "Adam learning rate"),
+    "clip_norm": ("--clip-norm", positive_float, "gradient norm clip"),
+    "max_length": ("--max-length", positive_int, "leave out pairs with a longer side"),
+    "target_vocab_size": ("--target-vocab-size", positive_int, "target words kept"),
+    "target_min_count": ("--target-min-count", positive_int, "target words seen fewer times are <unk>"),
+    "seed": ("--seed", non_negative_int, "initial weights, batch order, dropout"),
+    "valid_every": ("--valid-every", positive_int, "steps between validation losses"),
+}
 
 
 def register(subparsers) -> None:
@@ -56,8 +70,7 @@ def _register_train(sub) -> None:
     p.add_argument("--tgt", default=None, help="target-language file, line-aligned with --src (on --resume default: the run's)")
     p.add_argument("--vectors", default=None, help="frozen source word vectors: a folder of `elmokit static train` or a "
                    "word2vec text/binary file (on --resume default: the run's)")
-    p.add_argument("--out", required=True, help="run folder")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest good checkpoint")
+    add_run_folder_arguments(p)
     p.add_argument("--valid-src", default=None, help="plain files only: validation source file (default: none)")
     p.add_argument("--valid-tgt", default=None, help="plain files only: validation target file (default: none)")
     p.add_argument("--valid-books", type=_book_list, default=[45], help="verse files: books held out for validation "
@@ -73,30 +86,12 @@ def _register_train(sub) -> None:
     m.add_argument("--target-embedding-dim", type=positive_int, default=None,
                    help="target word embedding size (default: preset's)")
     m.add_argument("--dropout", type=probability, default=None, help="dropout (default: preset's)")
-    t = p.add_argument_group("training")
-    t.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps (default: none)")
-    t.add_argument("--epochs", type=positive_int, default=None,
-                   help="stop after this many epochs (default: none; give one of the two)")
-    t.add_argument("--batch-size", type=positive_int, default=64, help="sentence pairs per step (default: %(default)s)")
-    t.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate (default: %(default)s)")
-    t.add_argument("--clip-norm", type=positive_float, default=5.0, help="gradient norm clip (default: %(default)s)")
-    t.add_argument("--max-length", type=positive_int, default=80,
-                   help="leave out pairs with a longer side (default: %(default)s)")
-    t.add_argument("--target-vocab-size", type=positive_int, default=20_000, help="target words kept (default: %(default)s)")
-    t.add_argument("--target-min-count", type=positive_int, default=2, help="target words seen fewer times are <unk> "
-                   "(default: %(default)s)")
+    t = p.add_argument_group("training (give --max-steps or --epochs)")
+    add_config_flags(t, TRAINING_FLAGS, dataclass_defaults("elmokit.transfer.cove_train", "CoveTrainingConfig"))
     t.add_argument("--keep-target-case", action="store_true", help="do not lowercase the target side (default: lowercase)")
-    t.add_argument("--seed", type=non_negative_int, default=1,
-                   help="initial weights, batch order, dropout (default: %(default)s)")
-    t.add_argument("--checkpoint-every", type=positive_int, default=500, help="steps between checkpoints (default: %(default)s)")
-    t.add_argument("--keep-checkpoints", type=positive_int, default=2, help="checkpoints kept (default: %(default)s)")
-    t.add_argument("--log-every", type=positive_int, default=50, help="steps between metric lines (default: %(default)s)")
-    t.add_argument("--valid-every", type=positive_int, default=500, help="steps between validation losses (default: %(default)s)")
-    t.add_argument("--skip-nonfinite-steps", type=non_negative_int, default=0,
-                   help="skip up to N steps whose loss or gradient is NaN/inf; one more stops the run (default: 0)")
     t.add_argument("--no-bleu", action="store_true", help="skip BLEU on the held-out splits at the end")
     add_threads_argument(p)
-    p.set_defaults(func=lambda args: _run("cove train", run_train, args))
+    p.set_defaults(func=run_train)
 
 
 def _register_bleu(sub) -> None:
@@ -111,15 +106,7 @@ def _register_bleu(sub) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per decoding batch (default: %(default)s)")
     p.add_argument("--out", default=None, help="write the result as JSON here (default: print only)")
     add_threads_argument(p)
-    p.set_defaults(func=lambda args: _run("cove bleu", run_bleu, args))
-
-
-def _run(command, func, args) -> int:
-    try:
-        return run_reporting_errors(command, func, args)
-    except ValueError as error:  # parallel files, vectors or model folders that do not fit: the message names them
-        print(f"elmokit {command}: error: {error}", file=sys.stderr)
-        return 2
+    p.set_defaults(func=run_bleu)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -135,16 +122,12 @@ def run_train(args: argparse.Namespace) -> int:
     src, tgt = args.src or saved.get("src"), args.tgt or saved.get("tgt")
     vectors = args.vectors or saved.get("vectors", {}).get("path")
     if not (src and tgt and vectors):
-        raise ValueError("give --src, --tgt and --vectors (or --resume a run folder that has them)")
+        raise UserError("give --src, --tgt and --vectors (or --resume a run folder that has them)")
     sizes = {**PRESETS[args.preset], **{k: v for k, v in (("hidden_dim", args.hidden_dim), ("decoder_dim", args.decoder_dim),
              ("target_embedding_dim", args.target_embedding_dim), ("dropout", args.dropout)) if v is not None}}
-    training = CoveTrainingConfig(
-        batch_size=args.batch_size, lr=args.lr, clip_norm=args.clip_norm, max_length=args.max_length,
-        target_vocab_size=args.target_vocab_size, target_min_count=args.target_min_count,
-        lowercase_target=not args.keep_target_case, valid_books=tuple(args.valid_books), test_books=tuple(args.test_books),
-        seed=args.seed, max_steps=args.max_steps, epochs=args.epochs, checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints, log_every=args.log_every, valid_every=args.valid_every,
-        skip_nonfinite_steps=args.skip_nonfinite_steps)
+    given = {name: getattr(args, name) for name in TRAINING_FLAGS if getattr(args, name) is not None}
+    training = CoveTrainingConfig(**given, lowercase_target=not args.keep_target_case, valid_books=tuple(args.valid_books),
+                                  test_books=tuple(args.test_books))
     result = train_cove(args.out, src=src, tgt=tgt, vectors=vectors, config=CoveConfig(**sizes), training=training,
                         valid_src=args.valid_src or saved.get("valid_src"), valid_tgt=args.valid_tgt or saved.get("valid_tgt"),
                         max_vectors=args.max_vectors, resume=args.resume, bleu=not args.no_bleu,
@@ -158,7 +141,7 @@ def run_train(args: argparse.Namespace) -> int:
 def run_bleu(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from elmokit.io import atomic_path
+    from elmokit.io import write_json
     from elmokit.transfer.cove import load_cove_model
     from elmokit.transfer.cove_train import CoveTrainingConfig, evaluate_bleu, read_parallel
 
@@ -167,7 +150,7 @@ def run_bleu(args: argparse.Namespace) -> int:
     lowercase_source = model.config.source_lowercase
     if args.src or args.tgt:
         if not (args.src and args.tgt):
-            raise ValueError("--src and --tgt go together")
+            raise UserError("--src and --tgt go together")
         run = Path(args.model) if (Path(args.model) / "training.json").is_file() else Path(args.model).parent
         lower_target = True
         if (run / "training.json").is_file():
@@ -182,7 +165,7 @@ def run_bleu(args: argparse.Namespace) -> int:
         training = CoveTrainingConfig.from_dict(record["training"])
         data = record["data"]
         if data["format"] != "verses":
-            raise ValueError(f"{run}: trained on plain files, so no books were held out; give --src and --tgt")
+            raise UserError(f"{run}: trained on plain files, so no books were held out; give --src and --tgt")
         all_splits = read_parallel(data["src"], data["tgt"], source_lowercase=lowercase_source,
                                    target_lowercase=training.lowercase_target, valid_books=training.valid_books,
                                    test_books=training.test_books)
@@ -193,6 +176,5 @@ def run_bleu(args: argparse.Namespace) -> int:
         print(f"{name} BLEU {value['bleu']:.2f} ({value['sentences']} sentences, greedy; precisions {value['precisions']}, "
               f"BP {value['bp']})")
     if args.out:
-        with atomic_path(args.out) as tmp:
-            Path(tmp).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        write_json(args.out, results)
     return 0

@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 
-from elmokit.cli.common import add_model_arguments, add_threads_argument, apply_threads, load_embedder, run_reporting_errors
+from elmokit.cli.common import add_model_arguments, add_threads_argument, apply_threads, load_embedder
 
 DEMO_SENTENCES = [
     "The children play football in the park every Saturday .".split(),
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     )
     add_model_arguments(parser)
     add_threads_argument(parser)
-    parser.set_defaults(func=lambda args: run_reporting_errors("demo", run, args))
+    parser.set_defaults(func=run)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

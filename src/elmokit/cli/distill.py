@@ -16,23 +16,18 @@ from elmokit.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_reporting_errors,
 )
-from elmokit.cli.training_common import SettingError, add_config_flags
+from elmokit.cli.training_common import STEP_LOOP_FLAGS, SettingError, add_config_flags, add_run_folder_arguments
 
 # flag -> DistillRunConfig field; flags default to None ("not given"), so --resume can tell
 RUN_FLAGS = {
+    **{name: STEP_LOOP_FLAGS[name] for name in STEP_LOOP_FLAGS if name != "epochs"},
     "max_steps": (("--max-steps", "--steps"), positive_int, "stop after this many optimiser steps"),
     "batch_size": (("--batch-size",), positive_int, "segments per batch"),
     "max_tokens": (("--max-tokens",), positive_int, "longest segment in pieces"),
     "lr": (("--lr",), positive_float, "Adam learning rate (DistilBERT's 5e-4)"),
     "clip_norm": (("--clip-norm",), positive_float, "clip the gradient norm to this (the reference distiller's 5)"),
     "seed": (("--seed",), non_negative_int, "seed of the student's masks, order and dropout"),
-    "checkpoint_every": (("--checkpoint-every",), positive_int, "write a checkpoint every N steps (and always at the end)"),
-    "keep_checkpoints": (("--keep-checkpoints",), positive_int, "keep the newest N checkpoints"),
-    "log_every": (("--log-every",), positive_int, "append to metrics.jsonl every N steps"),
-    "skip_nonfinite_steps": (("--skip-nonfinite-steps",), non_negative_int,
-                             "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
 }
 
 
@@ -47,8 +42,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--teacher", default=None,
                         help="the teacher: a transformers BERT masked-LM folder with its tokenizer (default: the resumed run's)")
-    parser.add_argument("--out", required=True, help="run folder (created; must be new, or an earlier distill run with --resume)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
+    add_run_folder_arguments(parser)
     parser.add_argument("--corpus", action="append", default=None,
                         help="text file, one segment a line; repeatable (default: the resumed run's)")
     add_config_flags(parser, RUN_FLAGS, dataclass_defaults("elmokit.pretraining.distill", "DistillRunConfig"))
@@ -61,7 +55,7 @@ def register(subparsers) -> None:
     parser.add_argument("--tinybert-attention", type=non_negative_float, default=0.0,
                         help="weight of TinyBERT's attention MSE (default: 0 = off)")
     parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
-    parser.set_defaults(func=lambda args: run_reporting_errors("distill", run, args))
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ from elmokit.cli.common import (
     apply_threads,
     load_embedder,
     positive_int,
-    run_reporting_errors,
 )
 
 
@@ -73,7 +72,7 @@ def register(subparsers) -> None:
                       help="input lines per shard (default 10000)")
     bulk.add_argument("--format", dest="file_format", choices=("hdf5", "parquet"), default="hdf5",
                       help="shard files: hdf5 (the layout of this command; default) or parquet (a list column)")
-    parser.set_defaults(func=lambda args: run_reporting_errors("embed", run, args))
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,6 @@ one-token sentence. Further evaluations (perplexity, probes) add their own actio
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -39,7 +38,6 @@ from elmokit.cli.common import (
     non_negative_int,
     number_list,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.cli.eval_glue import register_glue, register_squad
 from elmokit.errors import UserError
@@ -88,7 +86,7 @@ def _register_similarity(sub) -> None:
                    help="tables: count only words with their own row as covered (no fastText n-gram vectors)")
     p.add_argument("--data-dir", default=None, help="the wordsim folder (default: $ELMOKIT_SHARED/data/wordsim or ../shared)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=lambda args: run_reporting_errors("eval similarity", run_similarity, args))
+    p.set_defaults(func=run_similarity)
 
 
 def _load(args) -> list:
@@ -169,7 +167,7 @@ def _register_tagging(sub, task: str) -> None:
 
         add_recipe_arguments(p)
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.set_defaults(func=lambda args: run_reporting_errors(f"eval {task}", run_tagging, args), task=task)
+    p.set_defaults(func=run_tagging, task=task)
 
 
 def run_tagging(args: argparse.Namespace) -> int:
@@ -224,12 +222,11 @@ def _check_out(args) -> None:
 
 
 def _write_json(path, payload) -> None:
-    from elmokit.io import atomic_path
+    from elmokit.io import write_json
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(json.dumps(_clean(payload), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(out, _clean(payload), ensure_ascii=False)
 
 
 def _command(args) -> list[str]:
@@ -260,7 +257,7 @@ def _register_probe(sub) -> None:
     p.add_argument("--layers", type=number_list(non_negative_int), default=None, help="comma-separated layers (default: all)")
     p.add_argument("--max-iter", type=positive_int, default=200, help="L-BFGS iterations per fit")
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: run_reporting_errors("eval probe", run_probe, args))
+    p.set_defaults(func=run_probe)
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -291,7 +288,7 @@ def _register_wsd(sub) -> None:
                    help="WordNet 3.0 index.sense, its folder, or wordnet-3.0.tar.xz (default: $ELMOKIT_SHARED/data/wordnet3.0)")
     p.add_argument("--max-semcor-sentences", type=positive_int, default=None, help="use only the first N SemCor sentences")
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: run_reporting_errors("eval wsd", run_wsd, args))
+    p.set_defaults(func=run_wsd)
 
 
 def run_wsd(args: argparse.Namespace) -> int:
@@ -336,7 +333,7 @@ def _register_sst(sub) -> None:
     p.add_argument("--cache-dir", default=None, help="keep the feature caches here (default: a temporary folder)")
     add_classifier_training_arguments(p)
     p.add_argument("--out", default=None, help="write the results as JSON here")
-    p.set_defaults(func=lambda args: run_reporting_errors("eval sst", run_sst, args))
+    p.set_defaults(func=run_sst)
 
 
 def run_sst(args: argparse.Namespace) -> int:

@@ -31,7 +31,6 @@ from elmokit.cli.common import (
     positive_float,
     positive_int,
     probability,
-    run_reporting_errors,
 )
 from elmokit.errors import UserError
 from elmokit.evaluation.datasets import GLUE_TASKS
@@ -92,7 +91,7 @@ def register_glue(sub) -> None:
                    "(default: %(default)s)")
     p.add_argument("--aux-lm", action="store_true", help="finetune, GPT-type models: add GPT's auxiliary LM loss "
                    "(eq. 5, lambda 0.5)")
-    p.set_defaults(func=lambda args: run_reporting_errors("eval glue", run_glue, args))
+    p.set_defaults(func=run_glue)
 
 
 def register_squad(sub) -> None:
@@ -110,7 +109,7 @@ def register_squad(sub) -> None:
                 out_name="squad")
     p.add_argument("--max-answer-words", type=positive_int, default=None,
                    help="longest answer considered, in words (default: feature 15 as DrQA, finetune 30 as BERT)")
-    p.set_defaults(func=lambda args: run_reporting_errors("eval squad", run_squad, args))
+    p.set_defaults(func=run_squad)
 
 
 def _settings(args) -> tuple[int, int | None, float]:

@@ -6,7 +6,9 @@ its own module is imported (``importlib``), and its ``register(subparsers)`` add
 ``func``, a callable taking the parsed arguments and returning an exit code.
 
 This is the one place user errors are reported: an ``elmokit.errors.UserError`` escaping a command prints
-``elmokit <command>: <message>`` on stderr as one line and exits 2; anything else keeps its traceback.
+``elmokit <command>: error: <message>`` on stderr as one line (argparse's form for a bad flag) and exits 2;
+Ctrl-C, SIGTERM and SIGHUP end it with one line after every ``finally`` ran (exit 128 + the signal); anything
+else keeps its traceback.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Iterable
+from contextlib import contextmanager
 
 from elmokit import __version__
 from elmokit.errors import as_user_error
@@ -139,6 +144,42 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is, so that every ``finally`` and every
+    temporary-file cleanup runs as for Ctrl-C (``elmokit.io.atomic_path``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def signals_as_interrupts():
+    """While inside: SIGTERM (``kill``, a batch system's time limit) and SIGHUP (the terminal
+    closed) raise ``Terminated`` once; a second one while cleaning up is ignored. Signals set
+    to be ignored (``nohup``) stay ignored; only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    raised = False
+
+    def handler(signum, frame):
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = command_in(argv)
@@ -150,15 +191,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.verbose = bool(getattr(args, "verbose", False))
     quiet_third_party(args.verbose)
+    name = f"elmokit {getattr(args, 'command_name', command)}"
     try:
-        return int(args.func(args) or 0)
+        with signals_as_interrupts():
+            return int(args.func(args) or 0)
     except Exception as error:  # a user's error (a missing file and a full disk included) is one line; a bug keeps its traceback
         user_error = as_user_error(error)
         if user_error is None:
             raise
-        print(f"elmokit {getattr(args, 'command_name', command)}: {one_line(user_error)}", file=sys.stderr)
+        print(f"{name}: error: {one_line(user_error)}", file=sys.stderr)
         return 2
-
+    except Terminated as stop:
+        print(f"{name}: stopped by {signal.Signals(stop.signum).name}; nothing was written to the output", file=sys.stderr)
+        return 128 + stop.signum
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; nothing was written to the output", file=sys.stderr)
+        return 130
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,7 +28,6 @@ from elmokit.cli.common import (
     non_negative_int,
     number_list,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.errors import InputNotFound
 
@@ -75,7 +74,7 @@ def register(subparsers) -> None:
                        "print its nearest types too")
     add_speed_arguments(parser)
     add_threads_argument(parser)
-    parser.set_defaults(func=lambda args: run_reporting_errors("neighbors", run, args))
+    parser.set_defaults(func=run)
 
 
 class _NeighborsHelp(argparse.Action):

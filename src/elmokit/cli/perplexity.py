@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from elmokit.cli.common import add_threads_argument, apply_threads, positive_int, run_reporting_errors
+from elmokit.cli.common import add_threads_argument, apply_threads, positive_int
 from elmokit.cli.training_common import add_tokenizer_arguments, tokenizer_from_args
 
 
@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object (default: text)")
     add_tokenizer_arguments(parser, default_help="the model's, from lm.json")
     add_threads_argument(parser)
-    parser.set_defaults(func=lambda args: run_reporting_errors("perplexity", run, args))
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

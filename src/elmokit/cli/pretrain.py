@@ -25,17 +25,15 @@ from elmokit.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_reporting_errors,
 )
-from elmokit.cli.training_common import SettingError, add_config_flags, interrupted
+from elmokit.cli.training_common import STEP_LOOP_FLAGS, SettingError, add_config_flags, add_run_folder_arguments, interrupted
 from elmokit.pretraining.names import OBJECTIVE_NAMES
 
 # flag -> PretrainConfig field (flags default to None: "not given", so --resume can tell); the help
 # shows PretrainConfig's default.
 PRETRAIN_FLAGS = {
     "preset": ("--preset", str, "model size from models.PRESETS: tiny (2 x 32), mini (2 x 128), small (4 x 256)"),
-    "max_steps": ("--max-steps", positive_int, "stop after this many optimiser steps"),
-    "epochs": ("--epochs", positive_int, "stop after this many passes over the corpus"),
+    **STEP_LOOP_FLAGS,
     "max_seconds": ("--max-seconds", positive_float,
                     "stop at the first step boundary after this many CPU-seconds of training steps (process CPU time "
                     "of masking, forward, backward, update; summed over resumes; recorded as 'budget' in "
@@ -52,9 +50,6 @@ PRETRAIN_FLAGS = {
     "tokenizer_dir": ("--tokenizer", str, "a tokenizer folder to use instead of training one on the corpus"),
     "vocab_size": ("--vocab-size", positive_int, "subword vocabulary size of the tokenizer trained on the corpus"),
     "tokenizer_lines": ("--tokenizer-lines", positive_int, "train the tokenizer on the first N sentences of the corpus"),
-    "checkpoint_every": ("--checkpoint-every", positive_int, "write a checkpoint every N steps (and always at the end)"),
-    "keep_checkpoints": ("--keep-checkpoints", positive_int, "keep the newest N checkpoints"),
-    "log_every": ("--log-every", positive_int, "append to metrics.jsonl every N steps"),
     "ernie_language": ("--ernie-language", str, "ernie: en (words, POS-chunk phrases, NER/capitalised entities) or zh "
                        "(characters, the segmented corpus's words of 2+ characters, cached entities)"),
     "ernie_stages": ("--ernie-stages", str, "ernie: the stages run, comma-separated, of basic,phrase,entity in that "
@@ -84,8 +79,6 @@ PRETRAIN_FLAGS = {
     "ernie_thu_k_layers": ("--ernie-thu-k-layers", positive_int, "ernie-thu: K-Encoder layers on top (none: half the layers)"),
     "ernie_thu_fusion": ("--ernie-thu-fusion", str, "ernie-thu: paper (eq. 5: GELU outputs) or residual (the authors' "
                          "code: residual + LayerNorm)"),
-    "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
-                             "skip up to N steps whose loss or gradient is NaN/inf; one more stops the run"),
 }
 
 
@@ -105,14 +98,13 @@ def register(subparsers) -> None:
     parser.add_argument("--corpus", action="append", default=None,
                         help="training files or glob (plain, .xz, .gz): one paragraph a line, documents separated by a "
                         "blank line; repeatable (default: the resumed run's)")
-    parser.add_argument("--out", required=True, help="run folder (created; must be new unless --resume)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
+    add_run_folder_arguments(parser)
     parser.add_argument("--sbo", action="store_true", default=None,
                         help="spanbert: add the span boundary objective (default: off)")
     add_config_flags(parser, PRETRAIN_FLAGS, defaults)
     parser.add_argument("--threads", type=positive_int, default=None, help=CORES_THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_reporting_errors("pretrain", run, args))
+    parser.set_defaults(func=run)
 
 
 def resolve(args: argparse.Namespace):

@@ -119,11 +119,9 @@ def run(args: argparse.Namespace) -> int:
         from elmokit.serve.app import create_app
         from elmokit.serve.server import bind, serve
     except ModuleNotFoundError as error:
-        print(f"elmokit serve: error: {error.name} is not installed; pip install 'elmokit[serve]'", file=sys.stderr)
-        return 2
+        raise ServeFlagError(f"{error.name} is not installed; pip install 'elmokit[serve]'") from None
     if not 0 <= args.port <= 65535:
-        print(f"elmokit serve: error: --port {args.port} is not a port (0..65535)", file=sys.stderr)
-        return 2
+        raise ServeFlagError(f"--port {args.port} is not a port (0..65535)")
     try:
         api_key = args.api_key if args.api_key is not None else os.environ.get("ELMOKIT_API_KEY")
         if api_key is not None and not api_key.strip():
@@ -141,14 +139,14 @@ def run(args: argparse.Namespace) -> int:
         if args.tokenizer is None and recorded is not None:
             config = dataclasses.replace(config, tokenizer=recorded.kind)
         index, task_models, initial_states = _explorer_resources(args, representation, spec)
-    except (FileNotFoundError, ValueError) as error:  # user errors (UserError is a ValueError), ServeConfig's limits
-        print(f"elmokit serve: error: {error}", file=sys.stderr)
-        return 2
+    except ValueError as error:  # ServeConfig's limits (a user error passes through unchanged)
+        if isinstance(error, UserError):
+            raise
+        raise ServeFlagError(str(error)) from None
     try:
         sock = bind(args.host, args.port)
     except OSError as error:  # the port is taken, the address is not this machine's
-        print(f"elmokit serve: error: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
-        return 2
+        raise ServeFlagError(f"cannot listen on {args.host}:{args.port}: {error}") from None
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     app = create_app(representation, config, spec=spec, index=index, task_models=task_models,

@@ -22,7 +22,6 @@ from elmokit.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.static.defaults import ALGOS, DEFAULTS
 
@@ -103,7 +102,7 @@ def _register_neighbors(sub) -> None:
     p.add_argument("--vectors", required=True, help="run folder or vector file")
     p.add_argument("words", nargs="+", help="query words")
     p.add_argument("--topn", type=positive_int, default=10, help="neighbours per word")
-    p.set_defaults(func=lambda args: run_reporting_errors("static neighbors", run_neighbors, args))
+    p.set_defaults(func=run_neighbors)
 
 
 def _config_from_args(args: argparse.Namespace):
@@ -131,7 +130,7 @@ def run_train(args: argparse.Namespace) -> int:
     from elmokit.static.train import static_tokenizer, train_static
     from elmokit.text.corpus import Corpus
 
-    logging.getLogger().setLevel(logging.WARNING if args.quiet else logging.INFO)  # the handler: run_reporting_errors'
+    logging.getLogger().setLevel(logging.WARNING if args.quiet else logging.INFO)  # the handler: the one set by cli.main
     if args.algo not in ("glove",):
         logging.getLogger("gensim").setLevel(logging.WARNING if args.quiet else logging.INFO)
     config = _config_from_args(args)

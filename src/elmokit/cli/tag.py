@@ -33,7 +33,6 @@ from elmokit.cli.common import (
     counted,
     load_representation,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.cli.finetune_tag_recipe import add_recipe_arguments, run_tag_train, save_and_report
 
@@ -63,7 +62,7 @@ def _register_train(sub) -> None:
     add_representation_arguments(p, no_elmo=True)
     add_tagger_arguments(p)
     add_recipe_arguments(p)
-    p.set_defaults(func=lambda args: run_reporting_errors("tag train", _train, args))
+    p.set_defaults(func=_train)
 
 
 def _read(args, path):
@@ -124,7 +123,7 @@ def _register_predict(sub) -> None:
     p.add_argument("--out", required=True, help="output file (written atomically)")
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences per batch")
     add_threads_argument(p)
-    p.set_defaults(func=lambda args: run_reporting_errors("tag predict", _predict, args))
+    p.set_defaults(func=_predict)
 
 
 def _predict(args: argparse.Namespace) -> int:

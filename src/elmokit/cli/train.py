@@ -25,11 +25,12 @@ from elmokit.cli.common import (
     non_negative_int,
     positive_float,
     positive_int,
-    run_reporting_errors,
 )
 from elmokit.cli.training_common import (
+    STEP_LOOP_FLAGS,
     SettingError,
     add_config_flags,
+    add_run_folder_arguments,
     add_tokenizer_arguments,
     interrupted,
     tokenizer_changes_from_args,
@@ -58,16 +59,9 @@ TRAINING_FLAGS = {
     "softmax": ("--softmax", str, "full, sampled, or auto = full iff vocab <= 2 x negatives"),
     "n_negative_samples": ("--negatives", positive_int, "negative samples per step for the sampled softmax (bilm-tf's)"),
     "seed": ("--seed", non_negative_int, "seed of the weights, data order, negatives and dropout"),
-    "max_steps": ("--max-steps", positive_int, "stop after this many optimiser steps"),
-    "epochs": ("--epochs", positive_int, "stop after this many passes over the corpus"),
-    "checkpoint_every": ("--checkpoint-every", positive_int, "write a checkpoint every N steps (and always at the end)"),
-    "keep_checkpoints": ("--keep-checkpoints", positive_int, "keep the newest N checkpoints"),
-    "log_every": ("--log-every", positive_int, "append to metrics.jsonl every N steps"),
+    **STEP_LOOP_FLAGS,
     "valid_every": ("--valid-every", positive_int, "held-out perplexity every N steps, with --valid"),
     "valid_sentences": ("--valid-sentences", positive_int, "evaluate the first N sentences of --valid"),
-    "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
-                             "skip up to N steps whose loss or gradient is NaN/inf (counted in metrics.jsonl as "
-                             "skipped_nonfinite); one more stops the run with an error"),
 }
 
 
@@ -94,8 +88,7 @@ def register(subparsers) -> None:
                         help="architecture from a file: an elmokit config.json or an original options.json (default: none)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a model or training config field, e.g. --set lstm_dim=512 (JSON values); repeatable")
-    parser.add_argument("--out", required=True, help="run folder (created; must be new unless --resume)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
+    add_run_folder_arguments(parser)
     parser.add_argument("--init-from", default=None, metavar="MODEL",
                         help="start from the weights of a model folder written by `elmokit train` (or 'default'), "
                         "like bilm-tf's restart.py; its architecture, vocabulary and tokenizer are taken unless "
@@ -109,7 +102,7 @@ def register(subparsers) -> None:
     add_tokenizer_arguments(parser)
     parser.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.set_defaults(func=lambda args: run_reporting_errors("train", run, args))
+    parser.set_defaults(func=run)
 
 
 def parse_sets(items: list[str]) -> dict:

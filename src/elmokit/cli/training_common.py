@@ -1,16 +1,34 @@
-"""The tokenizer flags shared by `vocab`, `train` and `perplexity`, and their error reporting
-(not a subcommand)."""
+"""The flags shared by the commands that train (`train`, `pretrain`, `distill`, `cove train`: the run folder and
+the step loop's settings) and the tokenizer flags of `vocab`, `train` and `perplexity` (not a subcommand)."""
 
 from __future__ import annotations
 
 import argparse
 
+from elmokit.cli.common import add_tokenizer_argument, non_negative_int, positive_int
 from elmokit.errors import UserError
+
+# The step loop's settings, one flag per config field (field -> (flag, type, help)), said alike by every
+# command that trains on it; each merges the ones its config has into its own table for add_config_flags.
+STEP_LOOP_FLAGS = {
+    "max_steps": ("--max-steps", positive_int, "stop after this many optimiser steps"),
+    "epochs": ("--epochs", positive_int, "stop after this many passes over the corpus"),
+    "checkpoint_every": ("--checkpoint-every", positive_int, "write a checkpoint every N steps (and always at the end)"),
+    "keep_checkpoints": ("--keep-checkpoints", positive_int, "keep the newest N checkpoints"),
+    "log_every": ("--log-every", positive_int, "append to metrics.jsonl every N steps"),
+    "skip_nonfinite_steps": ("--skip-nonfinite-steps", non_negative_int,
+                             "skip up to N steps whose loss or gradient is NaN/inf (counted in metrics.jsonl as "
+                             "skipped_nonfinite); one more stops the run with an error"),
+}
+
+
+def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out RUN`` and ``--resume``."""
+    parser.add_argument("--out", required=True, help="run folder (created; must be new unless --resume)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last good checkpoint, exactly")
 
 
 def add_tokenizer_arguments(parser: argparse.ArgumentParser, *, default_help: str = "whitespace") -> None:
-    from elmokit.cli.common import add_tokenizer_argument
-
     group = parser.add_argument_group("tokenisation")
     add_tokenizer_argument(group, default=None, default_help=default_help, extra_choices=("hook",),
                            help_prefix="hook (--tokenizer-hook), ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmokit.cli.common import positive_int, run_reporting_errors
+from elmokit.cli.common import positive_int
 from elmokit.cli.training_common import add_tokenizer_arguments, tokenizer_from_args
 
 
@@ -23,7 +23,7 @@ def register(subparsers) -> None:
                         help="at most this many lines, the 3 special tokens included (default: no limit)")
     parser.add_argument("--counts", default=None, help="also write 'token<TAB>count' lines to this file (default: none)")
     add_tokenizer_arguments(parser)
-    parser.set_defaults(func=lambda args: run_reporting_errors("vocab", run, args))
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmokit.cli.common import add_threads_argument, apply_threads, run_reporting_errors
+from elmokit.cli.common import add_threads_argument, apply_threads
 
 
 def register(subparsers) -> None:
@@ -27,7 +27,7 @@ def register(subparsers) -> None:
                         help="warm-up text, one whitespace-tokenised sentence per line "
                         "(default: the shipped opening sentences of public-domain novels)")
     add_threads_argument(parser)
-    parser.set_defaults(func=lambda args: run_reporting_errors("warm-state", run, args))
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

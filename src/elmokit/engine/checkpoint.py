@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from elmokit.engine.run_folder import checkpoint_dir, latest_checkpoint, list_checkpoints
 from elmokit.errors import UserError
+from elmokit.formats.checks import describe_non_finite
 from elmokit.io import atomic_directory, file_sha256
 
 logger = logging.getLogger(__name__)
@@ -89,8 +90,7 @@ def verify_checksums(folder: Path) -> str | None:
 
 def non_finite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
     """Names of the floating-point tensors holding a NaN or an infinity."""
-    return [name for name, value in tensors.items()
-            if value.is_floating_point() and not bool(torch.isfinite(value).all())]
+    return [name for name, value in tensors.items() if describe_non_finite(value)]
 
 
 def checkpoint_problem(folder: Path) -> str | None:

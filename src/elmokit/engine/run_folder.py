@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from elmokit.errors import UserError
-from elmokit.io import TEMP_MARK, atomic_path, file_sha256
+from elmokit.io import TEMP_MARK, atomic_path, file_sha256, write_json
 from elmokit.text.corpus import Position
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "RunError", "RunFolder", "Position", "resumable", "resumable_fields", "resume_differences", "corpus_files_record",
     "record_command", "read_commands", "truncate_metrics", "last_logged_loss", "read_metrics", "MetricsLog",
-    "model_card", "write_json",
+    "model_card",
 ]
 
 RECORD_NAME = "training.json"
@@ -159,11 +159,6 @@ def read_commands(run_dir: Path) -> list[str]:
             stamp, _, rest = line.partition("  ")
             commands.append(rest.partition("  ")[2] if rest.startswith("world_size=") else rest)
     return commands
-
-
-def write_json(path: Path, value: Any) -> None:
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
 
 
 # ---- metrics ----------------------------------------------------------------------------------------

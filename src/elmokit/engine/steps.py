@@ -23,9 +23,11 @@ from __future__ import annotations
 import datetime
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +37,11 @@ from tqdm import tqdm
 
 from elmokit.engine.checkpoint import decode_rng, encode_rng, latest_checkpoint, latest_good_checkpoint, read_checkpoint
 from elmokit.engine.distributed import DistributedContext
-from elmokit.engine.run_folder import MetricsLog, RunError
+from elmokit.engine.run_folder import MetricsLog, RunError, RunFolder
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NonFiniteError", "RunResult", "progress_bar", "gather_rng_states", "restore_rng_states",
+__all__ = ["Launch", "NonFiniteError", "RunResult", "progress_bar", "gather_rng_states", "restore_rng_states",
            "nonfinite_error",
            "StepOutcome", "StepLoop", "update_if_finite", "planned_batches"]
 
@@ -155,6 +157,41 @@ def planned_batches(plan: Callable[[int], list], position: dict[str, int]) -> It
         while position["batch"] < len(batches):
             yield batches[position["batch"]], position["epoch"]
         position["epoch"], position["batch"] = position["epoch"] + 1, 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """How a step-loop run starts: the keywords ``train`` and ``pretrain`` take besides their data and configs.
+
+    ``resume``: continue the run in the folder; ``command``: recorded in ``command.txt`` (default: this
+    process's argv); ``device``: default this rank's GPU, else the CPU; ``progress``: tqdm bars; ``context``:
+    the process group (default: from torchrun's environment); ``init_method``, ``dist_timeout_s``: how the
+    group starts; ``folder``: the run folder as the caller opened it (opened by the recipe when not given)."""
+
+    resume: bool = False
+    command: str | None = None
+    device: str | None = None
+    progress: bool = True
+    context: DistributedContext | None = None
+    init_method: str | None = None
+    dist_timeout_s: float = 300.0
+    folder: RunFolder | None = None
+
+    @contextmanager
+    def started(self) -> Iterator[tuple[DistributedContext, torch.device]]:
+        """(context, device) with the process group up, torn down on the way out."""
+        context = self.context or DistributedContext.from_environment()
+        device = context.device(self.device)
+        context.init_process_group(device, init_method=self.init_method, timeout_s=self.dist_timeout_s)
+        try:
+            yield context, device
+        finally:
+            context.destroy()
+
+
+def corpus_list(corpus: str | os.PathLike | list) -> list:
+    """``corpus`` as a list of files or patterns (one path or pattern, or a list of them)."""
+    return [corpus] if isinstance(corpus, (str, os.PathLike)) else [os.fspath(c) for c in corpus]
 
 
 @dataclass

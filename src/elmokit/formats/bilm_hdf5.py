@@ -19,7 +19,7 @@ import numpy as np
 from elmokit.bilm_config import BiLMConfig
 from elmokit.errors import UserError
 from elmokit.formats.checks import describe_non_finite, refuse_non_finite
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, write_json
 
 Array = np.ndarray
 
@@ -269,6 +269,5 @@ def write_original(
             for entry in weight_table(config):
                 arrays = [np.asarray(state[name], dtype=np.float32) for name in entry.params]
                 out.create_dataset(entry.dataset, data=entry.to_original(*arrays))
-    with atomic_path(options_path) as tmp:
-        Path(tmp).write_text(json.dumps(options_from_config(config), indent=2) + "\n", encoding="utf-8")
+    write_json(options_path, options_from_config(config))
     return options_path, weights_path

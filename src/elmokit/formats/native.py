@@ -22,7 +22,7 @@ from elmokit.bilm import BiLM  # the model defines the shapes; formats import it
 from elmokit.bilm_config import BiLMConfig
 from elmokit.errors import UserError
 from elmokit.formats.checks import describe_non_finite, refuse_non_finite
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, write_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -46,8 +46,7 @@ def write_native(
     directory.mkdir(parents=True, exist_ok=True)
     with atomic_path(directory / WEIGHTS_NAME) as tmp:
         save_file(arrays, tmp, metadata={"format": "elmokit-bilm"})
-    with atomic_path(directory / CONFIG_NAME) as tmp:
-        Path(tmp).write_text(json.dumps(config.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_json(directory / CONFIG_NAME, config.to_dict())
     card = model_card if model_card is not None else default_model_card(config, arrays)
     with atomic_path(directory / CARD_NAME) as tmp:
         Path(tmp).write_text(card, encoding="utf-8")

@@ -71,6 +71,7 @@ from elmokit.engine.run_folder import (
 )
 from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
 from elmokit.errors import UserError
+from elmokit.formats.checks import refuse_non_finite_read
 from elmokit.io import atomic_directory
 from elmokit.pretraining.batching import ObjectiveLoss, chunks, collate, example_field
 from elmokit.pretraining.masking import BERT_RATES, IGNORE_INDEX, MaskingRates, MaskingVocab, mask_tokens
@@ -291,13 +292,9 @@ class DistillRunConfig(SavedConfig):
     skip_nonfinite_steps: int = resumable(0)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_tokens", "max_steps", "checkpoint_every", "keep_checkpoints", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.seed < 0 or self.skip_nonfinite_steps < 0:
-            raise ValueError("seed and skip_nonfinite_steps must be at least 0")
-        if not (self.lr > 0 and self.clip_norm > 0):
-            raise ValueError("lr and clip_norm must be > 0")
+        self.require(">= 1", "batch_size", "max_tokens", "max_steps", "checkpoint_every", "keep_checkpoints", "log_every")
+        self.require(">= 0", "seed", "skip_nonfinite_steps")
+        self.require("finite > 0", "lr", "clip_norm")
 
 
 def check_teacher(teacher_dir: str | os.PathLike) -> Path:
@@ -357,6 +354,7 @@ def distill(teacher_dir: str | os.PathLike, out_dir: str | os.PathLike, corpus: 
     teacher_dir = check_teacher(teacher_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(teacher_dir))
     teacher = AutoModelForMaskedLM.from_pretrained(str(teacher_dir))
+    refuse_non_finite_read(teacher.state_dict(), Path(teacher_dir) / "model.safetensors")
     student = student_from_teacher(teacher, seed=config.seed)
     objective = DistillationObjective(teacher, MaskingVocab.from_tokenizer(tokenizer), pad_id=tokenizer.pad_token_id,
                                       config=losses, student_hidden=student.config.dim)

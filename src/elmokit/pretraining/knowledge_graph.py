@@ -31,6 +31,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from elmokit.errors import UserError
+from elmokit.formats.checks import describe_non_finite
 from elmokit.io import atomic_directory, atomic_path
 
 POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
@@ -206,9 +207,9 @@ class TransEVectors:
             raise KnowledgeGraphError(f"{needed[1]}: {entities.shape[0]} entity rows for {len(names)} names in "
                                       f"{needed[0]}; fix: write the folder again")
         for name, table in (("entities", entities), ("relations", relations)):
-            if not np.isfinite(table).all():
-                row = int(np.argwhere(~np.isfinite(table))[0, 0])
-                raise KnowledgeGraphError(f"{needed[1]}: {name} row {row} is not finite; fix: train TransE again")
+            problem = describe_non_finite(table)  # names the first (row, column)
+            if problem:
+                raise KnowledgeGraphError(f"{needed[1]}: {name} holds {problem}; fix: train TransE again")
         return cls(names, entities, relations, int(info.pop("p", 1)), info)
 
 

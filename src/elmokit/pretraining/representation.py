@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from elmokit.errors import InputNotFound
+from elmokit.formats.checks import refuse_non_finite_read
 from elmokit.formats.embedding_hdf5 import embed_file
 from elmokit.text.subword_tokenizers import WordEncoding, encode_words
 
@@ -105,6 +106,7 @@ class TransformerRepresentation:
             tokenizer = AutoTokenizer.from_pretrained(str(folder))
         finally:
             hf_logging.set_verbosity(verbosity)
+        refuse_non_finite_read(model.state_dict(), folder / "model.safetensors")
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError(f"{folder}: the tokenizer is not a fast (tokenizers) one; word alignment needs it")
         digest = hashlib.sha256()

@@ -42,23 +42,21 @@ mean is weighted by the MLM targets, so BERT's total is close to, not equal to, 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
-import math
 import os
 import shlex
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from elmokit.configs import config_from_dict
+from elmokit.configs import SavedConfig
 from elmokit.engine.checkpoint import file_sha256, load_module_weights, module_weights, write_checkpoint
 from elmokit.engine.distributed import DistributedContext
 from elmokit.engine.run_folder import (
@@ -74,7 +72,7 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
 )
 from elmokit.engine.schedules import warmup_linear_decay
-from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, update_if_finite
+from elmokit.engine.steps import Launch, RunResult, StepLoop, StepOutcome, corpus_list, update_if_finite
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.dialogue import parse_mix, parse_pools
@@ -90,12 +88,22 @@ RUN_KIND = "pretrain"
 TOKENIZER_TEMPLATES = {"wordpiece": None, "wordpiece-uncased": None, "roberta": "roberta", "gpt2": "gpt2"}
 
 
+# The fields only some objectives read (objectives -> fields): changed under another objective, an error.
+OBJECTIVE_FIELDS = {
+    ("ernie-dlm",): ("dlm_mix", "dlm_dialogues", "dlm_text", "dlm_fake_rate"),
+    ("ernie", "ernie-dlm"): ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities"),
+    ("ernie2",): ("ernie2_tasks", "ernie2_schedule", "ernie2_task_iterations", "ernie2_reorder_pieces"),
+    ("ernie-thu",): ("ernie_thu_wordnet", "ernie_thu_transe", "ernie_thu_mentions", "ernie_thu_k_layers", "ernie_thu_fusion"),
+}
+
+
 @dataclass(frozen=True, kw_only=True)
-class PretrainConfig:
+class PretrainConfig(SavedConfig):
     """How to pretrain. Saved in ``training.json`` (with ``format_version``). Batches are global. Fields
     declared ``resumable()`` may differ when a run is resumed (they do not change what a step computes)."""
 
     FORMAT_VERSION: ClassVar[int] = 1
+    WHAT = "pretraining config"
 
     objective: str
     preset: str = "tiny"
@@ -153,26 +161,16 @@ class PretrainConfig:
             raise ValueError(f"unknown preset {self.preset!r}; known: {', '.join(PRESETS)}")
         if self.max_steps is None and self.epochs is None and self.max_seconds is None:
             raise ValueError("give max_steps, epochs or max_seconds (how long to train)")
-        if self.max_seconds is not None and not (isinstance(self.max_seconds, (int, float))
-                                                 and math.isfinite(self.max_seconds) and self.max_seconds > 0):
-            raise ValueError(f"max_seconds must be a finite number > 0, got {self.max_seconds!r}")
+        self.require("finite > 0", "max_seconds", "lr", "eps", "clip_norm")
         if self.sbo and self.objective != "spanbert":
             raise ValueError("--sbo (the span boundary objective) goes with --objective spanbert")
-        ernie_set = [name for name in ("ernie_language", "ernie_stages", "ernie_stage_batches", "ernie_entities")
-                     if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        dlm_set = [name for name in ("dlm_mix", "dlm_dialogues", "dlm_text", "dlm_fake_rate")
-                   if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if dlm_set and self.objective != "ernie-dlm":
-            raise ValueError(f"{', '.join(dlm_set)} go with --objective ernie-dlm")
+        for objectives, names in OBJECTIVE_FIELDS.items():
+            given = [name for name in names if getattr(self, name) != type(self).__dataclass_fields__[name].default]
+            if given and self.objective not in objectives:
+                raise ValueError(f"{', '.join(given)} go with --objective {objectives[0]}")
         if not 0 <= self.dlm_fake_rate <= 1:
             raise ValueError(f"dlm_fake_rate must be in [0, 1], got {self.dlm_fake_rate!r}")
         parse_mix(self.dlm_mix, list(parse_pools(self.dlm_text)))  # a bad mix is refused before anything is written
-        if ernie_set and self.objective not in ("ernie", "ernie-dlm"):
-            raise ValueError(f"{', '.join(ernie_set)} go with --objective ernie")
-        ernie2_set = [name for name in ("ernie2_tasks", "ernie2_schedule", "ernie2_task_iterations", "ernie2_reorder_pieces")
-                      if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if ernie2_set and self.objective != "ernie2":
-            raise ValueError(f"{', '.join(ernie2_set)} go with --objective ernie2")
         tasks2 = [t.strip() for t in self.ernie2_tasks.split(",") if t.strip()]
         known2 = ("km", "cap", "tdr", "reorder", "distance", "discourse")
         if not tasks2 or any(t not in known2 for t in tasks2) or len(set(tasks2)) != len(tasks2):
@@ -183,10 +181,6 @@ class PretrainConfig:
                 and self.ernie2_task_iterations < len(tasks2) + 1:
             raise ValueError(f"ernie2_task_iterations {self.ernie2_task_iterations} cannot be spread over {len(tasks2)} "
                              f"stages; give at least {len(tasks2) + 1}")
-        thu_set = [name for name in ("ernie_thu_wordnet", "ernie_thu_transe", "ernie_thu_mentions", "ernie_thu_k_layers",
-                                     "ernie_thu_fusion") if getattr(self, name) != type(self).__dataclass_fields__[name].default]
-        if thu_set and self.objective != "ernie-thu":
-            raise ValueError(f"{', '.join(thu_set)} go with --objective ernie-thu")
         if self.objective == "ernie-thu" and not (self.ernie_thu_wordnet and self.ernie_thu_transe):
             raise ValueError("--objective ernie-thu needs --ernie-thu-wordnet (WordNet 3.0's folder or archive) and "
                              "--ernie-thu-transe (a folder of knowledge_graph.train_wordnet_transe)")
@@ -201,20 +195,11 @@ class PretrainConfig:
         order = ("basic", "phrase", "entity")
         if not stages or any(s not in order for s in stages) or stages != sorted(set(stages), key=order.index):
             raise ValueError(f"ernie_stages {self.ernie_stages!r}: give some of basic,phrase,entity, each once, in that order")
-        for name in ("lr", "eps", "clip_norm"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if not 0 <= self.beta2 < 1 or not 0 <= self.weight_decay or (self.dropout is not None and not 0 <= self.dropout < 1):
             raise ValueError("beta2 and dropout must be in [0, 1), weight_decay >= 0")
-        for name in ("max_steps", "epochs", "max_tokens", "warmup_steps", "decay_steps"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        for name in ("vocab_size", "tokenizer_lines", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        if self.seed < 0 or self.skip_nonfinite_steps < 0:
-            raise ValueError("seed and skip_nonfinite_steps must be at least 0")
+        self.require(">= 1", "max_steps", "epochs", "max_tokens", "warmup_steps", "decay_steps", "vocab_size",
+                     "tokenizer_lines", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every")
+        self.require(">= 0", "seed", "skip_nonfinite_steps")
         positions = PRESETS[self.preset].max_positions
         if self.max_tokens is not None and self.max_tokens > positions:
             raise ValueError(f"max_tokens {self.max_tokens} is more than the {positions} positions of preset {self.preset!r}")
@@ -230,16 +215,6 @@ class PretrainConfig:
     def example_tokens(self) -> int:
         return self.max_tokens or PRESETS[self.preset].max_positions
 
-    def replace(self, **changes: Any) -> PretrainConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"format_version": self.FORMAT_VERSION, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PretrainConfig:
-        return config_from_dict(cls, data, "pretraining config")
-
 
 def learning_rate(config: PretrainConfig, step: int) -> float:
     """The learning rate of 1-based ``step``: linear warmup to ``lr`` over ``warmup_steps``, then linear
@@ -253,38 +228,21 @@ def open_pretrain_run(run_dir: str | os.PathLike, resume: bool) -> tuple[RunFold
     return folder, (folder.saved("pretraining", PretrainConfig.from_dict) if folder.record is not None else None)
 
 
-def pretrain(
-    run_dir: str | os.PathLike,
-    *,
-    corpus: str | list[str],
-    config: PretrainConfig,
-    resume: bool = False,
-    command: str | None = None,
-    device: str | None = None,
-    progress: bool = True,
-    context: DistributedContext | None = None,
-    init_method: str | None = None,
-    dist_timeout_s: float = 300.0,
-    folder: RunFolder | None = None,
-) -> RunResult:
+def pretrain(run_dir: str | os.PathLike, *, corpus: str | list[str], config: PretrainConfig, **launch) -> RunResult:
     """Pretrain (or resume) ``config.objective`` on ``corpus`` into ``run_dir``. See the module docstring.
-    ``folder``: the run folder as ``open_pretrain_run`` opened it (opened here when not given)."""
-    run_dir = Path(run_dir)
-    corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else [os.fspath(c) for c in corpus]
+    ``launch``: the keywords of ``elmokit.engine.steps.Launch`` (resume, command, device, progress, context,
+    init_method, dist_timeout_s, folder: the run folder as ``open_pretrain_run`` opened it)."""
+    run_dir, launch = Path(run_dir), Launch(**launch)
+    folder = launch.folder
     if folder is None or folder.path != run_dir:
-        folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=resume)
-    context = context or DistributedContext.from_environment()
-    torch_device = context.device(device)
-    context.init_process_group(torch_device, init_method=init_method, timeout_s=dist_timeout_s)
-    try:
-        run = _PretrainRun(folder, corpus, config, command, torch_device, progress, context)
+        folder = RunFolder.open(run_dir, kind=RUN_KIND, resume=launch.resume)
+    with launch.started() as (context, device):
+        run = _PretrainRun(folder, corpus_list(corpus), config, launch.command, device, launch.progress, context)
         if folder.resuming:
             run.resume()
         run.loop()
         run.steps.save_final()
         return run.export()
-    finally:
-        context.destroy()
 
 
 def _tokenizer_lines(files: list[Path], limit: int):

@@ -40,7 +40,6 @@ lowers word-similarity coverage and scores. So :func:`static_tokenizer` defaults
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import platform
@@ -59,7 +58,8 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from elmokit.errors import UserError
-from elmokit.io import atomic_path, output_directory
+from elmokit.formats.checks import refuse_non_finite_read
+from elmokit.io import atomic_path, output_directory, write_json
 from elmokit.static.cooccurrence import CooccurrenceConfig, build_vocab, count_cooccurrences
 from elmokit.static.defaults import ALGOS, DEFAULTS
 from elmokit.static.glove import GloveConfig, train_glove
@@ -311,8 +311,7 @@ def train_static(
             "versions": _versions(),
             "details": info,
         }
-        with atomic_path(partial / "run.json") as tmp:
-            Path(tmp).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_json(partial / "run.json", record, ensure_ascii=False)
     log.info("%s: %d words x %d written to %s in %.1f s", config.name, len(table), table.dim, out_dir, train_seconds)
     return table
 
@@ -331,4 +330,5 @@ def infer_doc_vectors(run_dir: str | os.PathLike, documents, *, epochs: int | No
 
 def load_doc_vectors(run_dir: str | os.PathLike) -> np.ndarray:
     """The trained document vectors (n_docs, dim); row i is the i-th non-empty corpus line."""
-    return load_file(str(Path(run_dir) / "docvecs.safetensors"))["docvecs"]
+    path = Path(run_dir) / "docvecs.safetensors"
+    return refuse_non_finite_read(load_file(str(path)), path)["docvecs"]

@@ -31,7 +31,7 @@ from safetensors.numpy import load_file, save_file
 from elmokit.errors import InputNotFound, UserError
 from elmokit.formats.checks import describe_non_finite
 from elmokit.formats.word2vec import VectorFileError, read_word2vec, write_word2vec
-from elmokit.io import atomic_path
+from elmokit.io import atomic_path, write_json
 from elmokit.nn.functional import invariant_scores
 from elmokit.representation import EmbedsFiles
 from elmokit.static.subwords import SubwordTable
@@ -186,8 +186,7 @@ class StaticVectors(EmbedsFiles):
                 save_file({"bucket_ids": self.subwords.bucket_ids.astype(np.int64),
                            "vectors": self.subwords.vectors.astype(np.float32)}, tmp)
             meta["subwords"] = self.subwords.metadata() | {"file": SUBWORDS_NAME}
-        with atomic_path(folder / META_NAME) as tmp:
-            Path(tmp).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_json(folder / META_NAME, meta, ensure_ascii=False)
         return folder
 
     @classmethod

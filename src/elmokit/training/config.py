@@ -107,24 +107,14 @@ class TrainingConfig(SavedConfig):
             raise ValueError(f"softmax must be auto, full or sampled, got {self.softmax!r}")
         if self.max_steps is None and self.epochs is None:
             raise ValueError("give max_steps or epochs (how long to train)")
-        for name in ("lr", "initial_accumulator", "clip_norm", "loss_scale"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        self.require("finite > 0", "lr", "initial_accumulator", "clip_norm", "loss_scale")
         if not (isinstance(self.window, int) and self.window >= 0):
             raise ValueError(f"window must be an integer >= 0 (0 = whole sentences), got {self.window!r}")
         if self.window and self.batch_tokens is not None:
             raise ValueError("window > 0 reads batch_size rows of windows; batch_tokens does not apply to it")
-        for name in ("seed", "skip_nonfinite_steps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be at least 0")
-        for name in ("max_steps", "epochs"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        for name in ("max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every", "keep_checkpoints",
-                     "log_every", "valid_every", "valid_sentences"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+        self.require(">= 0", "seed", "skip_nonfinite_steps")
+        self.require(">= 1", "max_steps", "epochs", "max_length", "shuffle_buffer", "n_negative_samples", "checkpoint_every",
+                     "keep_checkpoints", "log_every", "valid_every", "valid_sentences")
 
         object.__setattr__(self, "tokenizer", make_tokenizer(self.tokenizer).to_dict())
         if isinstance(self.valid_corpus, str):

@@ -45,12 +45,11 @@ from elmokit.engine.run_folder import (
     read_metrics,
     resume_differences,
     truncate_metrics,
-    write_json,
 )
-from elmokit.engine.steps import NonFiniteError, RunResult, StepLoop, StepOutcome
+from elmokit.engine.steps import Launch, NonFiniteError, RunResult, StepLoop, StepOutcome, corpus_list
 from elmokit.evaluation.perplexity import perplexity, stream_backward_perplexity, stream_forward_perplexity
 from elmokit.formats import WEIGHTS_NAME, resolve_model_path
-from elmokit.io import atomic_directory
+from elmokit.io import atomic_directory, write_json
 from elmokit.lm import LM_WEIGHTS_NAME, Candidates, LanguageModel, init_like_bilm_tf
 from elmokit.text.chars import BOS_CHAR_IDS, EOS_CHAR_IDS, batch_to_ids
 from elmokit.text.corpus import Corpus, Position
@@ -157,32 +156,15 @@ def _autocast(device: torch.device, enabled: bool):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def train(
-    run_dir: str | os.PathLike,
-    *,
-    corpus: str | list[str],
-    vocab: str | os.PathLike,
-    model_config: BiLMConfig,
-    training: TrainingConfig,
-    resume: bool = False,
-    command: str | None = None,
-    device: str | None = None,
-    progress: bool = True,
-    context: DistributedContext | None = None,
-    init_method: str | None = None,
-    dist_timeout_s: float = 300.0,
-    folder: RunFolder | None = None,
-) -> RunResult:
-    """Train (or resume) a biLM into ``run_dir``. See the module docstring. ``folder`` is the run folder as
-    ``resolve_run_config`` opened it (opened here when not given)."""
-    run_dir = Path(run_dir)
-    corpus = [corpus] if isinstance(corpus, (str, os.PathLike)) else [os.fspath(c) for c in corpus]
-    context = context or DistributedContext.from_environment()
-    torch_device = context.device(device)
-    context.init_process_group(torch_device, init_method=init_method, timeout_s=dist_timeout_s)
-    try:
-        run = _Run(run_dir, corpus, Path(vocab), model_config, training, resume, command, torch_device, progress,
-                   context, folder)
+def train(run_dir: str | os.PathLike, *, corpus: str | list[str], vocab: str | os.PathLike, model_config: BiLMConfig,
+          training: TrainingConfig, **launch) -> RunResult:
+    """Train (or resume) a biLM into ``run_dir``. See the module docstring. ``launch``: the keywords of
+    ``elmokit.engine.steps.Launch`` (resume, command, device, progress, context, init_method, dist_timeout_s,
+    folder: the run folder as ``resolve_run_config`` opened it)."""
+    run_dir, launch = Path(run_dir), Launch(**launch)
+    with launch.started() as (context, device):
+        run = _Run(run_dir, corpus_list(corpus), Path(vocab), model_config, training, launch.resume, launch.command, device,
+                   launch.progress, context, launch.folder)
         if run.folder.resuming:
             run.resume()
         if run.steps.step == 0 and training.init_from is not None:
@@ -191,8 +173,6 @@ def train(
         run.steps.run()
         run.steps.save_final()
         return run.export()
-    finally:
-        context.destroy()
 
 
 class _Run:

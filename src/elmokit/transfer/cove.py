@@ -47,6 +47,7 @@ from torch import nn
 
 from elmokit.configs import SavedConfig
 from elmokit.errors import UserError
+from elmokit.formats.checks import refuse_non_finite_read
 from elmokit.io import atomic_directory
 from elmokit.nn.functional import invariant_linear, sigmoid
 from elmokit.nn.lstm import reverse_padded
@@ -296,10 +297,12 @@ def load_cove_model(path: str | os.PathLike) -> tuple[CoveModel, list[str], list
                             "`elmokit cove train` or its model/ folder")
     try:
         config = CoveConfig.from_dict(json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8")))
-        vectors = load_file(str(folder / VECTORS_NAME))["vectors"]
-        weights = load_file(str(folder / WEIGHTS_NAME))
+        tables = {name: load_file(str(folder / name)) for name in (VECTORS_NAME, WEIGHTS_NAME)}
     except Exception as error:  # noqa: BLE001 - json, safetensors and dataclass errors alike name the folder
         raise CoveError(f"{folder}: unreadable CoVe model ({error})") from None
+    for name, tensors in tables.items():
+        refuse_non_finite_read(tensors, folder / name)
+    vectors, weights = tables[VECTORS_NAME]["vectors"], tables[WEIGHTS_NAME]
     source_words, target_words = read_word_list(folder / SOURCE_WORDS_NAME), read_word_list(folder / TARGET_VOCAB_NAME)
     if len(source_words) != vectors.shape[0] or len(target_words) != config.target_vocab_size:
         raise CoveError(f"{folder}: {SOURCE_WORDS_NAME} has {len(source_words)} words for {vectors.shape[0]} vectors, "

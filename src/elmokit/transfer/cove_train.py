@@ -49,8 +49,8 @@ from elmokit.engine.run_folder import (
     truncate_metrics,
 )
 from elmokit.engine.steps import RunResult, StepLoop, StepOutcome, planned_batches, update_if_finite
-from elmokit.errors import InputNotFound
-from elmokit.io import atomic_path
+from elmokit.errors import InputNotFound, UserError
+from elmokit.io import atomic_path, write_json
 from elmokit.static.vectors import StaticVectors
 from elmokit.text.corpus import Tokenizer, open_text
 from elmokit.transfer.cove import (
@@ -104,14 +104,12 @@ class CoveTrainingConfig(SavedConfig):
     skip_nonfinite_steps: int = resumable(0)  # skip up to this many steps whose loss or gradient is NaN/inf; then stop
 
     def __post_init__(self):
-        for name in ("batch_size", "max_length", "target_vocab_size", "target_min_count", "checkpoint_every",
-                     "keep_checkpoints", "log_every", "valid_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.skip_nonfinite_steps < 0:
-            raise ValueError(f"skip_nonfinite_steps must be >= 0, got {self.skip_nonfinite_steps}")
+        self.require(">= 1", "batch_size", "max_length", "target_vocab_size", "target_min_count", "checkpoint_every",
+                     "keep_checkpoints", "log_every", "valid_every", "max_steps", "epochs")
+        self.require(">= 0", "skip_nonfinite_steps")
+        self.require("finite > 0", "lr", "clip_norm")
         if self.max_steps is None and self.epochs is None:
-            raise ValueError("give max_steps or epochs (--max-steps N or --epochs N): when to stop")
+            raise UserError("give max_steps or epochs (--max-steps N or --epochs N): when to stop")
         object.__setattr__(self, "valid_books", tuple(self.valid_books))
         object.__setattr__(self, "test_books", tuple(self.test_books))
 
@@ -436,8 +434,7 @@ def write_bleu(run_dir: Path, results: dict, step: int) -> None:
 
     record = {"step": step, "sacrebleu": sacrebleu.__version__, "tokenize": "none (regex-tokenised text)",
               "splits": results}
-    with atomic_path(run_dir / "bleu.json") as tmp:
-        Path(tmp).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_json(run_dir / "bleu.json", record)
     for name, result in results.items():
         logger.debug("%s BLEU %.2f (%d sentences, greedy)", name, result["bleu"], result["sentences"])
 

@@ -139,6 +139,7 @@ def load_base(folder: str | os.PathLike):
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     finally:
         hf_logging.set_verbosity(verbosity)
+    refuse_non_finite_read(model.state_dict(), folder / "model.safetensors")
     return model, tokenizer
 
 

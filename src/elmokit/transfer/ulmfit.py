@@ -400,9 +400,10 @@ class ULMFiTClassifier:
         try:
             config = ULMFiTConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")))
             labels = json.loads((directory / LABELS_NAME).read_text(encoding="utf-8"))
-            state = refuse_non_finite_read(load_file(str(directory / WEIGHTS_NAME)), directory / WEIGHTS_NAME)
+            state = load_file(str(directory / WEIGHTS_NAME))
         except (ValueError, TypeError, SafetensorError, OSError) as error:  # JSON/Unicode errors are ValueErrors
             raise ULMFiTError(f"{directory}: not a readable ULMFiT classifier folder: {error}") from None
+        refuse_non_finite_read(state, directory / WEIGHTS_NAME)
         if not isinstance(labels, list) or len(labels) != config.num_labels:
             raise ULMFiTError(f"{directory / LABELS_NAME}: expected a list of {config.num_labels} labels (config.json)")
         models = {}
