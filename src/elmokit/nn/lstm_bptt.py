@@ -8,9 +8,10 @@ recurrent and projection weight gradients one step at a time (T thin products pl
 additions into a full-size gradient) and zero-fills and copies per-step output slices
 (docs/benchmarks.md, the training profile). Here
 
-* forward runs the time loop without autograd and keeps only the gate activations (N, 4D), the
-  unclipped cell (N, D) and the unclipped projection (N, P) (N = number of real tokens);
-  everything else the backward needs is recomputed elementwise over all steps at once;
+* forward runs the time loop without autograd and keeps the gate activations (N, 4D), the cell
+  before and after its clip and its tanh (N, D each: tanh is the costliest elementwise function
+  here, so it is not recomputed) and the unclipped projection (N, P) (N = number of real
+  tokens); everything else the backward needs is recomputed elementwise over all steps at once;
 * backward runs BPTT by hand: per step only the two products the recurrence needs
   (dh_t W_P and dgates_t W_h); the weight gradients are one product each over all steps:
   dW_h = dgates^T [h_{t-1}], dW_x = dgates^T x, dW_P = dh_raw^T (o * tanh c).
@@ -35,20 +36,40 @@ from __future__ import annotations
 
 import torch
 
-from elmokit.nn.functional import invariant_linear, invariant_matmul, pad_columns, sigmoid_
+from elmokit.nn.functional import (
+    GEMM_WIDTH_MULTIPLE,
+    MAX_MATMUL_BLOCK_ROWS,
+    MIN_GEMM_ROWS,
+    invariant_linear,
+    invariant_matmul,
+    pad_columns,
+    sigmoid_,
+)
 
 FORGET_BIAS = 1.0
 
 
 def _clip_mask(raw: torch.Tensor, clip: float | None) -> torch.Tensor | None:
-    """torch.clamp's gradient: 1 where -clip <= raw <= clip (boundaries pass), else 0."""
+    """torch.clamp's gradient: 1 where -clip <= raw <= clip (boundaries pass), else 0 (NaN too)."""
     if clip is None:
         return None
-    return ((raw >= -clip) & (raw <= clip)).to(raw.dtype)
+    return (raw.abs() <= clip).to(raw.dtype)
 
 
-def _clamp(x: torch.Tensor, clip: float | None) -> torch.Tensor:
-    return x if clip is None else x.clamp(-clip, clip)
+def _linear_into(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out[:] = invariant_linear(x, weight)``, the product written in place where it needs no
+    padding (the same kernel on the same operands: the same bits, one copy fewer)."""
+    if x.shape[0] >= MIN_GEMM_ROWS and weight.shape[0] % GEMM_WIDTH_MULTIPLE == 0:
+        return torch.mm(x, weight.t(), out=out)
+    return out.copy_(invariant_linear(x, weight))
+
+
+def _matmul_into(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out[:] = invariant_matmul(x, weight)[:, :out width]`` for a weight padded with
+    ``pad_columns``, in place where the product is a single block that needs no padding."""
+    if MIN_GEMM_ROWS <= x.shape[0] <= MAX_MATMUL_BLOCK_ROWS and weight.shape[1] == out.shape[1]:
+        return torch.mm(x, weight, out=out)
+    return out.copy_(invariant_matmul(x, weight)[:, : out.shape[1]])
 
 
 class PackedLayout:
@@ -118,30 +139,33 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         # recurrent half in place and turns the buffer into the activations (the saved state).
         gates = invariant_linear(x, input_weight, input_bias)  # (N, 4D): i, j, f, o
         cell_raw = gates.new_empty(layout.num_tokens, D)  # before the cell clip
+        cell = cell_raw if cell_clip is None else gates.new_empty(layout.num_tokens, D)  # after it
+        tanh_cell = gates.new_empty(layout.num_tokens, D)  # tanh(c_t): the backward reuses it
         proj_raw = gates.new_empty(layout.num_tokens, P)  # before the projection clip
         h_all = proj_raw if proj_clip is None else gates.new_empty(layout.num_tokens, P)  # clipped h
         h, c = h0_sorted, c0_sorted
         for start, n in zip(layout.offsets, layout.counts):
-            step = gates[start : start + n]  # (n, 4D)
+            span = slice(start, start + n)
+            step = gates[span]  # (n, 4D)
             step.add_(invariant_linear(h[:n], hidden_weight))
             sigmoid_(step[:, :D])  # i
             torch.tanh_(step[:, D : 2 * D])  # j
             sigmoid_(step[:, 2 * D : 3 * D].add_(FORGET_BIAS))  # f + 1.0: TF's forget bias at run time
             sigmoid_(step[:, 3 * D :])  # o
             in_gate, candidate, forget_gate, out_gate = step.chunk(4, dim=1)
-            new_c = torch.mul(forget_gate, c[:n], out=cell_raw[start : start + n])
+            new_c = torch.mul(forget_gate, c[:n], out=cell_raw[span])
             new_c.add_(in_gate * candidate)
-            new_c = _clamp(new_c, cell_clip)
-            new_h = invariant_linear(out_gate * torch.tanh(new_c), projection_weight)  # (n, P)
-            proj_raw[start : start + n] = new_h
+            if cell_clip is not None:
+                new_c = torch.clamp(new_c, -cell_clip, cell_clip, out=cell[span])
+            memory = out_gate * torch.tanh(new_c, out=tanh_cell[span])  # o * tanh(c): (n, D)
+            new_h = _linear_into(memory, projection_weight, proj_raw[span])  # (n, P)
             if proj_clip is not None:
-                new_h = torch.clamp(new_h, -proj_clip, proj_clip, out=h_all[start : start + n])
+                new_h = torch.clamp(new_h, -proj_clip, proj_clip, out=h_all[span])
             h, c = new_h, new_c
         outputs = inputs.new_zeros(batch_size * num_steps, P)
         outputs[layout.index] = h_all
-        cell = _clamp(cell_raw, cell_clip)
         h_final, c_final = _final(h_all, h0, layout), _final(cell, c0, layout)
-        ctx.save_for_backward(x, h0_sorted, c0_sorted, gates, cell_raw, proj_raw, h_all,
+        ctx.save_for_backward(x, h0_sorted, c0_sorted, gates, cell_raw, cell, tanh_cell, proj_raw, h_all,
                               input_weight, hidden_weight, projection_weight)
         ctx.layout, ctx.clips, ctx.shape = layout, (cell_clip, proj_clip), inputs.shape
         return outputs.view(batch_size, num_steps, P), h_final, c_final
@@ -149,7 +173,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_outputs, grad_h, grad_c):
-        (x, h0_sorted, c0_sorted, acts, cell_raw, proj_raw, h_all,
+        (x, h0_sorted, c0_sorted, acts, cell_raw, cell, tanh_cell, proj_raw, h_all,
          input_weight, hidden_weight, projection_weight) = ctx.saved_tensors
         layout, (cell_clip, proj_clip) = ctx.layout, ctx.clips
         batch_size, num_steps, input_size = ctx.shape
@@ -157,8 +181,6 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         in_gate, candidate, forget_gate, out_gate = acts.chunk(4, dim=1)
 
         # Everything that does not depend on the carried gradient, for all steps at once.
-        cell = _clamp(cell_raw, cell_clip)  # (N, D)
-        tanh_cell = torch.tanh(cell)
         cell_prev = _previous(cell, c0_sorted, layout)  # (N, D)
         cell_mask, proj_mask = _clip_mask(cell_raw, cell_clip), _clip_mask(proj_raw, proj_clip)
         # dgates = [dc * k_i, dc * k_j, dc * k_f, dm * k_o]; dc += dm * k_c (m = o * tanh c)
@@ -191,8 +213,8 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             step = dgates[span]
             torch.mul(k[span, : 3 * D].view(n, 3, D), d_cell.unsqueeze(1), out=step[:, : 3 * D].view(n, 3, D))
             torch.mul(k[span, 3 * D :], dm, out=step[:, 3 * D :])
-            dh[:n] = invariant_matmul(step, hidden_padded)[:, :P]  # dh_{t-1} = dgates_t W_h
-            dc[:n] = d_cell * forget_gate[span]
+            _matmul_into(step, hidden_padded, dh[:n])  # dh_{t-1} = dgates_t W_h
+            torch.mul(d_cell, forget_gate[span], out=dc[:n])
         d_proj_all = grad_out  # (N, P)
 
         grads = [None] * 10
