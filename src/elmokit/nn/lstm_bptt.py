@@ -141,6 +141,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         cell_raw = gates.new_empty(layout.num_tokens, D)  # before the cell clip
         cell = cell_raw if cell_clip is None else gates.new_empty(layout.num_tokens, D)  # after it
         tanh_cell = gates.new_empty(layout.num_tokens, D)  # tanh(c_t): the backward reuses it
+        memory_all = gates.new_empty(layout.num_tokens, D)  # m_t = o * tanh(c_t), the projection's input
         proj_raw = gates.new_empty(layout.num_tokens, P)  # before the projection clip
         h_all = proj_raw if proj_clip is None else gates.new_empty(layout.num_tokens, P)  # clipped h
         h, c = h0_sorted, c0_sorted
@@ -150,14 +151,14 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             step.add_(invariant_linear(h[:n], hidden_weight))
             sigmoid_(step[:, :D])  # i
             torch.tanh_(step[:, D : 2 * D])  # j
-            sigmoid_(step[:, 2 * D : 3 * D].add_(FORGET_BIAS))  # f + 1.0: TF's forget bias at run time
-            sigmoid_(step[:, 3 * D :])  # o
+            step[:, 2 * D : 3 * D].add_(FORGET_BIAS)  # f + 1.0: TF's forget bias at run time
+            sigmoid_(step[:, 2 * D :])  # f and o, adjacent: one call
             in_gate, candidate, forget_gate, out_gate = step.chunk(4, dim=1)
             new_c = torch.mul(forget_gate, c[:n], out=cell_raw[span])
             new_c.add_(in_gate * candidate)
             if cell_clip is not None:
                 new_c = torch.clamp(new_c, -cell_clip, cell_clip, out=cell[span])
-            memory = out_gate * torch.tanh(new_c, out=tanh_cell[span])  # o * tanh(c): (n, D)
+            memory = torch.mul(out_gate, torch.tanh(new_c, out=tanh_cell[span]), out=memory_all[span])  # (n, D)
             new_h = _linear_into(memory, projection_weight, proj_raw[span])  # (n, P)
             if proj_clip is not None:
                 new_h = torch.clamp(new_h, -proj_clip, proj_clip, out=h_all[span])
@@ -165,7 +166,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         outputs = inputs.new_zeros(batch_size * num_steps, P)
         outputs[layout.index] = h_all
         h_final, c_final = _final(h_all, h0, layout), _final(cell, c0, layout)
-        ctx.save_for_backward(x, h0_sorted, c0_sorted, gates, cell_raw, cell, tanh_cell, proj_raw, h_all,
+        ctx.save_for_backward(x, h0_sorted, c0_sorted, gates, cell_raw, cell, tanh_cell, memory_all, proj_raw, h_all,
                               input_weight, hidden_weight, projection_weight)
         ctx.layout, ctx.clips, ctx.shape = layout, (cell_clip, proj_clip), inputs.shape
         return outputs.view(batch_size, num_steps, P), h_final, c_final
@@ -173,7 +174,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_outputs, grad_h, grad_c):
-        (x, h0_sorted, c0_sorted, acts, cell_raw, cell, tanh_cell, proj_raw, h_all,
+        (x, h0_sorted, c0_sorted, acts, cell_raw, cell, tanh_cell, memory, proj_raw, h_all,
          input_weight, hidden_weight, projection_weight) = ctx.saved_tensors
         layout, (cell_clip, proj_clip) = ctx.layout, ctx.clips
         batch_size, num_steps, input_size = ctx.shape
@@ -181,16 +182,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         in_gate, candidate, forget_gate, out_gate = acts.chunk(4, dim=1)
 
         # Everything that does not depend on the carried gradient, for all steps at once.
-        cell_prev = _previous(cell, c0_sorted, layout)  # (N, D)
         cell_mask, proj_mask = _clip_mask(cell_raw, cell_clip), _clip_mask(proj_raw, proj_clip)
-        # dgates = [dc * k_i, dc * k_j, dc * k_f, dm * k_o]; dc += dm * k_c (m = o * tanh c)
-        k = torch.empty_like(acts)  # (N, 4D)
-        torch.mul(candidate, in_gate * (1 - in_gate), out=k[:, :D])
-        torch.mul(in_gate, 1 - candidate * candidate, out=k[:, D : 2 * D])
-        torch.mul(cell_prev, forget_gate * (1 - forget_gate), out=k[:, 2 * D : 3 * D])
-        torch.mul(tanh_cell, out_gate * (1 - out_gate), out=k[:, 3 * D :])
-        k_c = out_gate * (1 - tanh_cell * tanh_cell)
-        del cell_prev
 
         if grad_outputs is None:
             grad_out = acts.new_zeros(N, P)
@@ -201,20 +193,30 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         dgates = torch.empty_like(acts)  # (N, 4D)
         # Widths padded once here, not in every step's product (sliced back below).
         projection_padded, hidden_padded = pad_columns(projection_weight), pad_columns(hidden_weight)
-        for start, n in zip(reversed(layout.offsets), reversed(layout.counts)):
+        # dgates = [dc * k_i, dc * k_j, dc * k_f, dm * k_o] and dc += dm * k_c (m = o * tanh c), with
+        # k_i = j i (1 - i), k_j = i (1 - j^2), k_f = c_{t-1} f (1 - f), k_o = tanh(c) o (1 - o),
+        # k_c = o (1 - tanh(c)^2): computed step by step, on slices that stay in cache.
+        for t in reversed(range(len(layout.counts))):
+            start, n = layout.offsets[t], layout.counts[t]
             span = slice(start, start + n)
+            i, j, f, o, tanh_c = in_gate[span], candidate[span], forget_gate[span], out_gate[span], tanh_cell[span]
+            # the cell each row started the step from: rows are sorted by length, so a step's rows
+            # are the first n of the previous step's
+            c_prev = c0_sorted[:n] if t == 0 else cell[layout.offsets[t - 1] : layout.offsets[t - 1] + n]
             d_proj = grad_out[span].add_(dh[:n])  # dL/dh_t, before the clip
             if proj_mask is not None:
                 d_proj.mul_(proj_mask[span])
             dm = invariant_matmul(d_proj, projection_padded)[:, :D]  # (n, D) = dh_raw W_P
-            d_cell = torch.addcmul(dc[:n], dm, k_c[span])
+            d_cell = torch.addcmul(dc[:n], dm, o * (1 - tanh_c * tanh_c))
             if cell_mask is not None:
                 d_cell.mul_(cell_mask[span])
             step = dgates[span]
-            torch.mul(k[span, : 3 * D].view(n, 3, D), d_cell.unsqueeze(1), out=step[:, : 3 * D].view(n, 3, D))
-            torch.mul(k[span, 3 * D :], dm, out=step[:, 3 * D :])
+            torch.mul(j, i * (1 - i), out=step[:, :D]).mul_(d_cell)
+            torch.mul(i, 1 - j * j, out=step[:, D : 2 * D]).mul_(d_cell)
+            torch.mul(c_prev, f * (1 - f), out=step[:, 2 * D : 3 * D]).mul_(d_cell)
+            torch.mul(tanh_c, o * (1 - o), out=step[:, 3 * D :]).mul_(dm)
             _matmul_into(step, hidden_padded, dh[:n])  # dh_{t-1} = dgates_t W_h
-            torch.mul(d_cell, forget_gate[span], out=dc[:n])
+            torch.mul(d_cell, f, out=dc[:n])
         d_proj_all = grad_out  # (N, P)
 
         grads = [None] * 10
@@ -236,7 +238,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             h_prev = _previous(h_all, h0_sorted, layout)  # (N, P)
             grads[6] = dgates.t() @ h_prev  # (4D, P)
         if needs[7]:
-            grads[7] = d_proj_all.t() @ (out_gate * tanh_cell)  # (P, D)
+            grads[7] = d_proj_all.t() @ memory  # (P, D)
         return tuple(grads)
 
 
