@@ -61,6 +61,24 @@ def cpu_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def machine() -> str:
+    """The CPU by name, family and vector extensions, and the kernels torch picks on it: speed
+    figures differ between CPUs a 2-vCPU VM is lent (MKL takes its fastest paths on Intel only)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or "cpu"
+    family = f" (family {fields['cpu family']}, model {fields.get('model', '?')})" if "cpu family" in fields else ""
+    flags = set(fields.get("flags", "").split())
+    isa = " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "-"
+    return (f"{platform.machine()} {os.cpu_count()} cpus, {name}{family}, flags: {isa}, "
+            f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}")
+
+
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -242,7 +260,7 @@ def main() -> int:
     model = runners[paths[0]][0]
     result = {
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.processor() or 'cpu'}",
+        "machine": machine(),
         "torch": torch.__version__,
         "threads": args.threads,
         "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),

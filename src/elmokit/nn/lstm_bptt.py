@@ -56,6 +56,24 @@ def _clip_mask(raw: torch.Tensor, clip: float | None) -> torch.Tensor | None:
     return (raw.abs() <= clip).to(raw.dtype)
 
 
+def cell_step(step, c_prev, cell_raw, cell, tanh_cell, memory, cell_clip: float | None):
+    """The elementwise half of one step, in place: the gate pre-activations ``step`` (n, 4D) become
+    the activations; writes c_t before the clip (``cell_raw``), after it (``cell``; the same tensor
+    as ``cell_raw`` without a clip), tanh(c_t) and m_t = o * tanh(c_t) (n, D each) and returns
+    (c_t, m_t). The exact sequence of eager operations the bit-identity of this path rests on."""
+    D = c_prev.shape[1]
+    sigmoid_(step[:, :D])  # i
+    torch.tanh_(step[:, D : 2 * D])  # j
+    step[:, 2 * D : 3 * D].add_(FORGET_BIAS)  # f + 1.0: TF's forget bias at run time
+    sigmoid_(step[:, 2 * D :])  # f and o, adjacent: one call
+    in_gate, candidate, forget_gate, out_gate = step.chunk(4, dim=1)
+    new_c = torch.mul(forget_gate, c_prev, out=cell_raw)
+    new_c.add_(in_gate * candidate)
+    if cell_clip is not None:
+        new_c = torch.clamp(new_c, -cell_clip, cell_clip, out=cell)
+    return new_c, torch.mul(out_gate, torch.tanh(new_c, out=tanh_cell), out=memory)
+
+
 def _linear_into(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``out[:] = invariant_linear(x, weight)``, the product written in place where it needs no
     padding (the same kernel on the same operands: the same bits, one copy fewer)."""
@@ -149,16 +167,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             span = slice(start, start + n)
             step = gates[span]  # (n, 4D)
             step.add_(invariant_linear(h[:n], hidden_weight))
-            sigmoid_(step[:, :D])  # i
-            torch.tanh_(step[:, D : 2 * D])  # j
-            step[:, 2 * D : 3 * D].add_(FORGET_BIAS)  # f + 1.0: TF's forget bias at run time
-            sigmoid_(step[:, 2 * D :])  # f and o, adjacent: one call
-            in_gate, candidate, forget_gate, out_gate = step.chunk(4, dim=1)
-            new_c = torch.mul(forget_gate, c[:n], out=cell_raw[span])
-            new_c.add_(in_gate * candidate)
-            if cell_clip is not None:
-                new_c = torch.clamp(new_c, -cell_clip, cell_clip, out=cell[span])
-            memory = torch.mul(out_gate, torch.tanh(new_c, out=tanh_cell[span]), out=memory_all[span])  # (n, D)
+            new_c, memory = cell_step(step, c[:n], cell_raw[span], cell[span], tanh_cell[span], memory_all[span], cell_clip)
             new_h = _linear_into(memory, projection_weight, proj_raw[span])  # (n, P)
             if proj_clip is not None:
                 new_h = torch.clamp(new_h, -proj_clip, proj_clip, out=h_all[span])
