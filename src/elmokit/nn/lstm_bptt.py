@@ -9,9 +9,12 @@ additions into a full-size gradient) and zero-fills and copies per-step output s
 (docs/benchmarks.md, the training profile). Here
 
 * forward runs the time loop without autograd and keeps the gate activations (N, 4D), the cell
-  before and after its clip and its tanh (N, D each: tanh is the costliest elementwise function
-  here, so it is not recomputed) and the unclipped projection (N, P) (N = number of real
-  tokens); everything else the backward needs is recomputed elementwise over all steps at once;
+  before and after its clip, tanh(c) and m = o * tanh(c) (N, D each: it computes them anyway, and
+  tanh is the costliest elementwise function here) and the unclipped projection (N, P) (N =
+  number of real tokens). The backward computes the gate coefficients step by step from these,
+  on the step's rows, which stay in cache (precomputed for all steps as one (N, 4D) array they
+  measured slower than the loop's extra operations; the 3 saved (N, D) arrays per LSTM take about
+  the memory that array and its temporaries would, one LSTM at a time);
 * backward runs BPTT by hand: per step only the two products the recurrence needs
   (dh_t W_P and dgates_t W_h); the weight gradients are one product each over all steps:
   dW_h = dgates^T [h_{t-1}], dW_x = dgates^T x, dW_P = dh_raw^T (o * tanh c).
