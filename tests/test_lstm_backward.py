@@ -208,3 +208,27 @@ def test_path_selection(training_path):
     training_path("cudnn")
     with pytest.raises(ValueError, match="TRAINING_PATH must be one of"):
         module(inputs, lengths)
+
+
+@pytest.mark.parametrize("rows", [1, 15, 16, 37, 64, 65, 130])
+@pytest.mark.parametrize("width", [16, 20])
+def test_products_written_in_place_are_the_invariant_products_bit_for_bit(rows, width):
+    """The forward's projection and the backward's dh are written into slices of larger buffers
+    (``_linear_into``, ``_matmul_into``); where that skips the padding of ``invariant_linear`` /
+    ``invariant_matmul`` the result must still be theirs, bit for bit, at any row offset."""
+    from elmokit.nn.functional import invariant_linear, invariant_matmul, pad_columns
+    from elmokit.nn.lstm_bptt import _linear_into, _matmul_into
+
+    g = torch.Generator().manual_seed(rows * 100 + width)
+    x = torch.randn(rows, 48, generator=g)
+    weight = torch.randn(width, 48, generator=g)  # (out, in), as nn.Linear stores it
+    buffer = torch.full((rows + 9, width), float("nan"))
+    written = _linear_into(x, weight, buffer[5 : 5 + rows])
+    assert torch.equal(written, invariant_linear(x, weight)) and torch.equal(buffer[5 : 5 + rows], written)
+    assert buffer[:5].isnan().all() and buffer[5 + rows :].isnan().all(), "only the slice is written"
+
+    stored = torch.randn(48, width, generator=g)  # (in, out): the backward multiplies by W as stored
+    buffer = torch.full((rows + 9, width), float("nan"))
+    _matmul_into(x, pad_columns(stored), buffer[3 : 3 + rows])
+    assert torch.equal(buffer[3 : 3 + rows], invariant_matmul(x, stored))
+    assert buffer[:3].isnan().all() and buffer[3 + rows :].isnan().all()

@@ -8,9 +8,13 @@ recurrent and projection weight gradients one step at a time (T thin products pl
 additions into a full-size gradient) and zero-fills and copies per-step output slices
 (docs/benchmarks.md, the training profile). Here
 
-* forward runs the time loop without autograd and keeps only the gate activations (N, 4D), the
-  unclipped cell (N, D) and the unclipped projection (N, P) (N = number of real tokens);
-  everything else the backward needs is recomputed elementwise over all steps at once;
+* forward runs the time loop without autograd and keeps the gate activations (N, 4D), the cell
+  before and after its clip, tanh(c) and m = o * tanh(c) (N, D each: it computes them anyway, and
+  tanh is the costliest elementwise function here) and the unclipped projection (N, P) (N =
+  number of real tokens). The backward computes the gate coefficients step by step from these,
+  on the step's rows, which stay in cache (precomputed for all steps as one (N, 4D) array they
+  measured slower than the loop's extra operations; the 3 saved (N, D) arrays per LSTM take about
+  the memory that array and its temporaries would, one LSTM at a time);
 * backward runs BPTT by hand: per step only the two products the recurrence needs
   (dh_t W_P and dgates_t W_h); the weight gradients are one product each over all steps:
   dW_h = dgates^T [h_{t-1}], dW_x = dgates^T x, dW_P = dh_raw^T (o * tanh c).
@@ -35,20 +39,58 @@ from __future__ import annotations
 
 import torch
 
-from elmokit.nn.functional import invariant_linear, invariant_matmul, pad_columns, sigmoid_
+from elmokit.nn.functional import (
+    GEMM_WIDTH_MULTIPLE,
+    MAX_MATMUL_BLOCK_ROWS,
+    MIN_GEMM_ROWS,
+    invariant_linear,
+    invariant_matmul,
+    pad_columns,
+    sigmoid_,
+)
 
 FORGET_BIAS = 1.0
 
 
 def _clip_mask(raw: torch.Tensor, clip: float | None) -> torch.Tensor | None:
-    """torch.clamp's gradient: 1 where -clip <= raw <= clip (boundaries pass), else 0."""
+    """torch.clamp's gradient: 1 where -clip <= raw <= clip (boundaries pass), else 0 (NaN too)."""
     if clip is None:
         return None
-    return ((raw >= -clip) & (raw <= clip)).to(raw.dtype)
+    return (raw.abs() <= clip).to(raw.dtype)
 
 
-def _clamp(x: torch.Tensor, clip: float | None) -> torch.Tensor:
-    return x if clip is None else x.clamp(-clip, clip)
+def cell_step(step, c_prev, cell_raw, cell, tanh_cell, memory, cell_clip: float | None):
+    """The elementwise half of one step, in place: the gate pre-activations ``step`` (n, 4D) become
+    the activations; writes c_t before the clip (``cell_raw``), after it (``cell``; the same tensor
+    as ``cell_raw`` without a clip), tanh(c_t) and m_t = o * tanh(c_t) (n, D each) and returns
+    (c_t, m_t). The exact sequence of eager operations the bit-identity of this path rests on."""
+    D = c_prev.shape[1]
+    sigmoid_(step[:, :D])  # i
+    torch.tanh_(step[:, D : 2 * D])  # j
+    step[:, 2 * D : 3 * D].add_(FORGET_BIAS)  # f + 1.0: TF's forget bias at run time
+    sigmoid_(step[:, 2 * D :])  # f and o, adjacent: one call
+    in_gate, candidate, forget_gate, out_gate = step.chunk(4, dim=1)
+    new_c = torch.mul(forget_gate, c_prev, out=cell_raw)
+    new_c.add_(in_gate * candidate)
+    if cell_clip is not None:
+        new_c = torch.clamp(new_c, -cell_clip, cell_clip, out=cell)
+    return new_c, torch.mul(out_gate, torch.tanh(new_c, out=tanh_cell), out=memory)
+
+
+def _linear_into(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out[:] = invariant_linear(x, weight)``, the product written in place where it needs no
+    padding (the same kernel on the same operands: the same bits, one copy fewer)."""
+    if x.shape[0] >= MIN_GEMM_ROWS and weight.shape[0] % GEMM_WIDTH_MULTIPLE == 0:
+        return torch.mm(x, weight.t(), out=out)
+    return out.copy_(invariant_linear(x, weight))
+
+
+def _matmul_into(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out[:] = invariant_matmul(x, weight)[:, :out width]`` for a weight padded with
+    ``pad_columns``, in place where the product is a single block that needs no padding."""
+    if MIN_GEMM_ROWS <= x.shape[0] <= MAX_MATMUL_BLOCK_ROWS and weight.shape[1] == out.shape[1]:
+        return torch.mm(x, weight, out=out)
+    return out.copy_(invariant_matmul(x, weight)[:, : out.shape[1]])
 
 
 class PackedLayout:
@@ -118,30 +160,25 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         # recurrent half in place and turns the buffer into the activations (the saved state).
         gates = invariant_linear(x, input_weight, input_bias)  # (N, 4D): i, j, f, o
         cell_raw = gates.new_empty(layout.num_tokens, D)  # before the cell clip
+        cell = cell_raw if cell_clip is None else gates.new_empty(layout.num_tokens, D)  # after it
+        tanh_cell = gates.new_empty(layout.num_tokens, D)  # tanh(c_t): the backward reuses it
+        memory_all = gates.new_empty(layout.num_tokens, D)  # m_t = o * tanh(c_t), the projection's input
         proj_raw = gates.new_empty(layout.num_tokens, P)  # before the projection clip
         h_all = proj_raw if proj_clip is None else gates.new_empty(layout.num_tokens, P)  # clipped h
         h, c = h0_sorted, c0_sorted
         for start, n in zip(layout.offsets, layout.counts):
-            step = gates[start : start + n]  # (n, 4D)
+            span = slice(start, start + n)
+            step = gates[span]  # (n, 4D)
             step.add_(invariant_linear(h[:n], hidden_weight))
-            sigmoid_(step[:, :D])  # i
-            torch.tanh_(step[:, D : 2 * D])  # j
-            sigmoid_(step[:, 2 * D : 3 * D].add_(FORGET_BIAS))  # f + 1.0: TF's forget bias at run time
-            sigmoid_(step[:, 3 * D :])  # o
-            in_gate, candidate, forget_gate, out_gate = step.chunk(4, dim=1)
-            new_c = torch.mul(forget_gate, c[:n], out=cell_raw[start : start + n])
-            new_c.add_(in_gate * candidate)
-            new_c = _clamp(new_c, cell_clip)
-            new_h = invariant_linear(out_gate * torch.tanh(new_c), projection_weight)  # (n, P)
-            proj_raw[start : start + n] = new_h
+            new_c, memory = cell_step(step, c[:n], cell_raw[span], cell[span], tanh_cell[span], memory_all[span], cell_clip)
+            new_h = _linear_into(memory, projection_weight, proj_raw[span])  # (n, P)
             if proj_clip is not None:
-                new_h = torch.clamp(new_h, -proj_clip, proj_clip, out=h_all[start : start + n])
+                new_h = torch.clamp(new_h, -proj_clip, proj_clip, out=h_all[span])
             h, c = new_h, new_c
         outputs = inputs.new_zeros(batch_size * num_steps, P)
         outputs[layout.index] = h_all
-        cell = _clamp(cell_raw, cell_clip)
         h_final, c_final = _final(h_all, h0, layout), _final(cell, c0, layout)
-        ctx.save_for_backward(x, h0_sorted, c0_sorted, gates, cell_raw, proj_raw, h_all,
+        ctx.save_for_backward(x, h0_sorted, c0_sorted, gates, cell_raw, cell, tanh_cell, memory_all, proj_raw, h_all,
                               input_weight, hidden_weight, projection_weight)
         ctx.layout, ctx.clips, ctx.shape = layout, (cell_clip, proj_clip), inputs.shape
         return outputs.view(batch_size, num_steps, P), h_final, c_final
@@ -149,7 +186,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_outputs, grad_h, grad_c):
-        (x, h0_sorted, c0_sorted, acts, cell_raw, proj_raw, h_all,
+        (x, h0_sorted, c0_sorted, acts, cell_raw, cell, tanh_cell, memory, proj_raw, h_all,
          input_weight, hidden_weight, projection_weight) = ctx.saved_tensors
         layout, (cell_clip, proj_clip) = ctx.layout, ctx.clips
         batch_size, num_steps, input_size = ctx.shape
@@ -157,18 +194,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         in_gate, candidate, forget_gate, out_gate = acts.chunk(4, dim=1)
 
         # Everything that does not depend on the carried gradient, for all steps at once.
-        cell = _clamp(cell_raw, cell_clip)  # (N, D)
-        tanh_cell = torch.tanh(cell)
-        cell_prev = _previous(cell, c0_sorted, layout)  # (N, D)
         cell_mask, proj_mask = _clip_mask(cell_raw, cell_clip), _clip_mask(proj_raw, proj_clip)
-        # dgates = [dc * k_i, dc * k_j, dc * k_f, dm * k_o]; dc += dm * k_c (m = o * tanh c)
-        k = torch.empty_like(acts)  # (N, 4D)
-        torch.mul(candidate, in_gate * (1 - in_gate), out=k[:, :D])
-        torch.mul(in_gate, 1 - candidate * candidate, out=k[:, D : 2 * D])
-        torch.mul(cell_prev, forget_gate * (1 - forget_gate), out=k[:, 2 * D : 3 * D])
-        torch.mul(tanh_cell, out_gate * (1 - out_gate), out=k[:, 3 * D :])
-        k_c = out_gate * (1 - tanh_cell * tanh_cell)
-        del cell_prev
 
         if grad_outputs is None:
             grad_out = acts.new_zeros(N, P)
@@ -179,20 +205,30 @@ class ProjectedLSTMFunction(torch.autograd.Function):
         dgates = torch.empty_like(acts)  # (N, 4D)
         # Widths padded once here, not in every step's product (sliced back below).
         projection_padded, hidden_padded = pad_columns(projection_weight), pad_columns(hidden_weight)
-        for start, n in zip(reversed(layout.offsets), reversed(layout.counts)):
+        # dgates = [dc * k_i, dc * k_j, dc * k_f, dm * k_o] and dc += dm * k_c (m = o * tanh c), with
+        # k_i = j i (1 - i), k_j = i (1 - j^2), k_f = c_{t-1} f (1 - f), k_o = tanh(c) o (1 - o),
+        # k_c = o (1 - tanh(c)^2): computed step by step, on slices that stay in cache.
+        for t in reversed(range(len(layout.counts))):
+            start, n = layout.offsets[t], layout.counts[t]
             span = slice(start, start + n)
+            i, j, f, o, tanh_c = in_gate[span], candidate[span], forget_gate[span], out_gate[span], tanh_cell[span]
+            # the cell each row started the step from: rows are sorted by length, so a step's rows
+            # are the first n of the previous step's
+            c_prev = c0_sorted[:n] if t == 0 else cell[layout.offsets[t - 1] : layout.offsets[t - 1] + n]
             d_proj = grad_out[span].add_(dh[:n])  # dL/dh_t, before the clip
             if proj_mask is not None:
                 d_proj.mul_(proj_mask[span])
             dm = invariant_matmul(d_proj, projection_padded)[:, :D]  # (n, D) = dh_raw W_P
-            d_cell = torch.addcmul(dc[:n], dm, k_c[span])
+            d_cell = torch.addcmul(dc[:n], dm, o * (1 - tanh_c * tanh_c))
             if cell_mask is not None:
                 d_cell.mul_(cell_mask[span])
             step = dgates[span]
-            torch.mul(k[span, : 3 * D].view(n, 3, D), d_cell.unsqueeze(1), out=step[:, : 3 * D].view(n, 3, D))
-            torch.mul(k[span, 3 * D :], dm, out=step[:, 3 * D :])
-            dh[:n] = invariant_matmul(step, hidden_padded)[:, :P]  # dh_{t-1} = dgates_t W_h
-            dc[:n] = d_cell * forget_gate[span]
+            torch.mul(j, i * (1 - i), out=step[:, :D]).mul_(d_cell)
+            torch.mul(i, 1 - j * j, out=step[:, D : 2 * D]).mul_(d_cell)
+            torch.mul(c_prev, f * (1 - f), out=step[:, 2 * D : 3 * D]).mul_(d_cell)
+            torch.mul(tanh_c, o * (1 - o), out=step[:, 3 * D :]).mul_(dm)
+            _matmul_into(step, hidden_padded, dh[:n])  # dh_{t-1} = dgates_t W_h
+            torch.mul(d_cell, f, out=dc[:n])
         d_proj_all = grad_out  # (N, P)
 
         grads = [None] * 10
@@ -214,7 +250,7 @@ class ProjectedLSTMFunction(torch.autograd.Function):
             h_prev = _previous(h_all, h0_sorted, layout)  # (N, P)
             grads[6] = dgates.t() @ h_prev  # (4D, P)
         if needs[7]:
-            grads[7] = d_proj_all.t() @ (out_gate * tanh_cell)  # (P, D)
+            grads[7] = d_proj_all.t() @ memory  # (P, D)
         return tuple(grads)
 
 
