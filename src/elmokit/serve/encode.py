@@ -5,6 +5,11 @@ and never a number JSON cannot carry (``NaN``, ``Infinity``): ``NonFinite`` is r
 ``repr``, the shortest double) and numpy arrays or scalars (float32: numpy's shortest float32 form,
 ``np.float32(0.1)`` -> ``0.1``, where ``float(np.float32(0.1))`` would give ``0.10000000149011612``).
 Non-ASCII characters are escaped, so any string a client sent (even a lone surrogate) can be echoed.
+
+Speed: numpy's shortest float32 form (Dragon4, about 0.4 us a number) would cost more than the rest of
+a small request. float32 arrays are written by orjson instead (Ryu, about 20 ns a number), whose digits
+are the same shortest round-trip digits and whose layout is numpy's for 1e-4 <= |x| < 1e6; the few
+numbers outside that band (``0.00001`` there, ``1e-05`` here) are rewritten one by one in numpy's form.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 import math
 
 import numpy as np
+import orjson
 
 
 class NonFinite(ValueError):
@@ -20,6 +26,10 @@ class NonFinite(ValueError):
 
 
 _string = json.JSONEncoder(ensure_ascii=True).encode
+
+# orjson lays out a float32 as numpy does for 1e-4 <= |x| < 1e6 (positional); outside that band (and a
+# margin around it, which costs nothing) a number is written by numpy.
+_SMALL, _LARGE = np.float32(2e-4), np.float32(5e5)
 
 
 def _array(a: np.ndarray) -> str:
@@ -34,9 +44,26 @@ def _array(a: np.ndarray) -> str:
         return _value(a.tolist())
     if a.dtype.kind == "b":
         return json.dumps(a.tolist())
+    if a.dtype == np.float32 and a.size:
+        return _float32_array(a)
     if a.ndim == 1:
         return "[" + ",".join(a.astype(str).tolist()) + "]"
     return "[" + ",".join(_array(row) for row in a) + "]"
+
+
+def _float32_array(a: np.ndarray) -> str:
+    """A finite, non-empty float32 array, nested as its shape, each number in numpy's shortest form."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    magnitude = np.abs(flat)
+    odd = np.flatnonzero(((magnitude < _SMALL) & (flat != 0)) | (magnitude >= _LARGE))
+    if not len(odd):
+        return orjson.dumps(np.ascontiguousarray(a), option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")
+    numbers = orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
+    for i in odd.tolist():
+        numbers[i] = str(flat[i])
+    for size in reversed(a.shape):  # innermost dimension first: group into lists
+        numbers = ["[" + ",".join(numbers[i:i + size]) + "]" for i in range(0, len(numbers), size)]
+    return numbers[0]
 
 
 def _scalar(x) -> str:
