@@ -162,7 +162,10 @@ def create_app(representation, config: ServeConfig | None = None, *, spec: dict 
     tokenizer = Tokenizer(kind=config.tokenizer, lowercase=getattr(representation, "lowercase", False) is True)
     batcher_holder: list[Batcher] = []
     metrics = ServerMetrics(lambda: batcher_holder[0].depth if batcher_holder else 0)
+    # A batch of at most one biLM call's sentences (Embedder's batch_size): never a ragged last chunk.
+    batch_size = getattr(representation, "batch_size", None)
     batcher = Batcher(representation, max_batch_tokens=config.max_batch_tokens, max_wait_ms=config.max_wait_ms,
+                      max_batch_sentences=batch_size if isinstance(batch_size, int) and batch_size > 0 else None,
                       max_queue=config.max_queue, on_batch=metrics.observe_batch, variants=variants)
     batcher_holder.append(batcher)
     num_layers, dim, name = int(representation.num_layers), int(representation.dim), str(representation.name)
