@@ -283,6 +283,22 @@ def test_a_head_over_16_kb_is_refused_and_one_under_it_with_a_large_body_is_not(
             fine.sendall(head + body)
             answer = fine.recv(100)
         assert answer.startswith(b"HTTP/1.1 200"), answer
+        # heads of 10 KB with bodies of 20 KB, three on one connection: no head is counted with another's
+        body = b'{"inputs": "the bank", "unread": "' + b"a" * 20_000 + b'"}'
+        head = (b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"X-Filler: " + b"b" * 10_000 + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        with httpx.Client(base_url=server.url, timeout=20) as client:
+            for _ in range(3):
+                answer = client.post("/embed", content=body, headers={"content-type": "application/json",
+                                                                       "x-filler": "b" * 10_000})
+                assert answer.status_code == 200, answer.text
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as fine:
+            fine.sendall((head + body) * 3)  # pipelined, in one write
+            answer = b""
+            while answer.count(b"HTTP/1.1 200") < 3:
+                chunk = fine.recv(100_000)
+                assert chunk, answer
+                answer += chunk
         assert server.client.get("/health").status_code == 200
 
 

@@ -53,17 +53,22 @@ def _array(a: np.ndarray) -> str:
 
 def _float32_array(a: np.ndarray) -> str:
     """A finite, non-empty float32 array, nested as its shape, each number in numpy's shortest form."""
-    flat = np.ascontiguousarray(a).reshape(-1)
+    a = np.ascontiguousarray(a)
+    flat = a.reshape(-1)
     magnitude = np.abs(flat)
     odd = np.flatnonzero(((magnitude < _SMALL) & (flat != 0)) | (magnitude >= _LARGE))
     if not len(odd):
-        return orjson.dumps(np.ascontiguousarray(a), option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")
-    numbers = orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
-    for i in odd.tolist():
-        numbers[i] = str(flat[i])
-    for size in reversed(a.shape):  # innermost dimension first: group into lists
-        numbers = ["[" + ",".join(numbers[i:i + size]) + "]" for i in range(0, len(numbers), size)]
-    return numbers[0]
+        return orjson.dumps(a, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")
+    # Mark the odd numbers NaN, which orjson writes as null (nothing else is: the array is finite), and put
+    # numpy's form of each in its place, in order.
+    marked = a.copy()
+    marked.reshape(-1)[odd] = np.nan
+    pieces = orjson.dumps(marked, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii").split("null")
+    numbers = flat[odd].astype(str).tolist()
+    out = [pieces[0]]
+    for number, piece in zip(numbers, pieces[1:]):
+        out += (number, piece)
+    return "".join(out)
 
 
 def _scalar(x) -> str:
@@ -91,8 +96,17 @@ def _value(obj) -> str:
     if isinstance(obj, dict):
         return "{" + ",".join(_string(str(k)) + ":" + _value(v) for k, v in obj.items()) + "}"
     if isinstance(obj, (list, tuple)):
+        if len(obj) > 1 and _same_float32_arrays(obj):  # /embed's vectors: written as one array, one pass
+            return _array(np.stack(obj))
         return "[" + ",".join(_value(v) for v in obj) + "]"
     raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def _same_float32_arrays(items) -> bool:
+    first = items[0]
+    if type(first) is not np.ndarray or first.dtype != np.float32 or not first.ndim:
+        return False
+    return all(type(a) is np.ndarray and a.dtype == np.float32 and a.shape == first.shape for a in items)
 
 
 def dumps(obj) -> bytes:

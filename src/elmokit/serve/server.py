@@ -96,6 +96,7 @@ if HttpToolsProtocol is not None:
             self._head_timer = None
             self._in_head = True  # the bytes arriving now belong to a request's head
             self._head_bytes = 0
+            self._heads = 0  # request heads completed on this connection
             self._arm_head_timer()
 
         def _arm_head_timer(self) -> None:
@@ -115,9 +116,9 @@ if HttpToolsProtocol is not None:
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
-            counting = self._in_head
+            counting, heads = self._in_head, self._heads
             super().data_received(data)
-            if counting and self._in_head and not self.transport.is_closing():  # the head is still incomplete
+            if counting and self._heads == heads and not self.transport.is_closing():  # the head is still incomplete
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES:
                     self._refuse_head()
@@ -131,6 +132,7 @@ if HttpToolsProtocol is not None:
 
         def on_headers_complete(self) -> None:
             self._in_head, self._head_bytes = False, 0
+            self._heads += 1
             self._disarm_head_timer()  # the app takes over (body deadline)
             super().on_headers_complete()
 
