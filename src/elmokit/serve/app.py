@@ -931,32 +931,36 @@ class _Guard:
 
     async def _read_body(self, scope, receive) -> tuple[bytes, ServeError | None, bool]:
         limit = self.config.max_body_bytes
-        too_large = ServeError(413, f"the request body is larger than the limit of {limit} bytes (--max-body-bytes); "
-                               "send fewer or shorter texts per request", "payload_too_large", code="payload_too_large")
+
+        def too_large() -> ServeError:
+            return ServeError(413, f"the request body is larger than the limit of {limit} bytes (--max-body-bytes); "
+                              "send fewer or shorter texts per request", "payload_too_large", code="payload_too_large")
+
         for header, value in scope.get("headers", ()):
             if header == b"content-length":
                 try:
                     if int(value) > limit:
-                        return b"", too_large, False
+                        return b"", too_large(), False
                 except ValueError:
                     return b"", ServeError(400, "the Content-Length header is not a number", "validation"), False
         chunks, size = [], 0
-        with anyio.move_on_after(self.config.read_timeout_s) as deadline:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return b"", None, True
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    return b"", too_large, False
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks), None, False
-        assert deadline.cancelled_caught
-        return b"", ServeError(408, f"the request body did not arrive within {self.config.read_timeout_s:g} s "
-                               "(--read-timeout-s)", "timeout", code="read_timeout",
-                               headers={"Connection": "close"}), False
+        try:
+            async with asyncio.timeout(self.config.read_timeout_s):  # asyncio's own: a third of anyio's cost
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return b"", None, True
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        return b"", too_large(), False
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks), None, False
+        except TimeoutError:
+            return b"", ServeError(408, f"the request body did not arrive within {self.config.read_timeout_s:g} s "
+                                   "(--read-timeout-s)", "timeout", code="read_timeout",
+                                   headers={"Connection": "close"}), False
 
 
 def _plain_json(scope) -> bool:
