@@ -28,7 +28,7 @@ class NonFinite(ValueError):
 _string = json.JSONEncoder(ensure_ascii=True).encode
 
 # orjson lays out a float32 as numpy does for 1e-4 <= |x| < 1e6 (positional); outside that band (and a
-# margin around it, which costs nothing) a number is written by numpy.
+# margin around its edges, so that no rounding at an edge matters) a number is written by numpy.
 _SMALL, _LARGE = np.float32(2e-4), np.float32(5e5)
 
 
