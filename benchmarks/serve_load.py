@@ -291,10 +291,13 @@ def main() -> int:
     if args.pinned:
         if args.users == "1,8,32":
             args.users = "1,32"
+        load_before = os.getloadavg()  # what else ran: an idle machine reads near 0 before a run
         result = {"date": date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} CPUs "
                   f"({platform.processor() or platform.platform()})", "command": " ".join(["python", *sys.argv]),
                   "model": args.model, "per_request": args.per_request, "sample_sentences": len(sample),
-                  "note": args.note, **pinned(args, sample)}
+                  "note": args.note, **pinned(args, sample),
+                  "load_average_before": [round(x, 2) for x in load_before],
+                  "load_average_after": [round(x, 2) for x in os.getloadavg()]}
         out = Path(args.out or REPO / "docs" / "benchmarks" / "serve_pinned.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")
@@ -305,6 +308,7 @@ def main() -> int:
                   f"{level['p99_ms']:.1f} | {level['sentences_per_s'] / result['library']['sentences_per_s']:.0%} |")
         print(f"| library (1 thread, same core) | | {result['library']['sentences_per_s']:.1f} | "
               f"{result['library']['single_call_p50_ms']:.1f} (one call) | | 100% |")
+        print(f"load average (1, 5, 15 min) before {result['load_average_before']}, after {result['load_average_after']}")
         return 0
     args.out = args.out or str(REPO / "docs" / "benchmarks" / "serve_load.json")
     mean_tokens = sum(len(s.split()) for s in sample) / len(sample)

@@ -70,12 +70,12 @@ class Recording:
 class Running:
     """A real uvicorn server in a thread: ``url``, ``client`` (httpx), ``app``, ``stop()``."""
 
-    def __init__(self, app, config: ServeConfig) -> None:
+    def __init__(self, app, config: ServeConfig, http: str = "auto") -> None:
         self.app = app
         sock = bind("127.0.0.1", 0)
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn_server(app, config=config, log_level="warning")
+        self.server = uvicorn_server(app, config=config, log_level="warning", http=http)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20
@@ -107,8 +107,9 @@ def join_stopping() -> None:
 
 
 @contextlib.contextmanager
-def running(representation, config: ServeConfig | None = None, **create_options):
-    server = Running(create_app(representation, config or ServeConfig(), **create_options), config or ServeConfig())
+def running(representation, config: ServeConfig | None = None, http: str = "auto", **create_options):
+    """A ``Running`` server over ``representation``; ``http``: uvicorn's protocol ("auto", "h11", "httptools")."""
+    server = Running(create_app(representation, config or ServeConfig(), **create_options), config or ServeConfig(), http)
     try:
         yield server
     finally:

@@ -107,6 +107,31 @@ def test_batcher_gathers_waiting_requests_within_the_token_budget():
     np.testing.assert_array_equal(results[3][0], [[[1, 0], [1, 1], [1, 2]]])
 
 
+def test_a_batch_holds_at_most_max_batch_sentences_and_a_larger_request_runs_alone():
+    echo = Echo()
+    gate = Gated(echo)
+    batcher = Batcher(gate, max_batch_sentences=3, max_wait_ms=0, max_queue=10).start()
+    first = batcher.submit([["held"]])
+    assert gate.entered.wait(5)
+    sizes = (2, 1, 2, 5, 1, 1, 1)
+    futures = [batcher.submit([[f"w{i}"] for i in range(n)]) for n in sizes]
+    assert batcher.retry_after() >= 1
+    gate.release.set()
+    results = [f.result(5) for f in (first, *futures)]
+    batcher.close(5)
+    # 2 + 1 fit in 3; 2 then waits (2 + 5 > 3); 5 runs alone; 1 + 1 + 1
+    assert gate.calls == [1, 3, 2, 5, 3]
+    assert [len(r) for r in results[1:]] == list(sizes)
+    np.testing.assert_array_equal(results[4][4], [[[2, 0]]])  # the 5-sentence request's last sentence, "w4"
+
+
+def test_the_app_batches_at_most_the_representations_batch_size(server_embedder):
+    from elmokit.serve.app import create_app
+
+    assert create_app(server_embedder).state.batcher.max_batch_sentences == server_embedder.batch_size == 64
+    assert create_app(Echo()).state.batcher.max_batch_sentences is None  # no batch_size: no sentence limit
+
+
 def test_batcher_bounds_its_queue_and_drains_on_close():
     gate = Gated(Echo())
     batcher = Batcher(gate, max_wait_ms=0, max_queue=2).start()

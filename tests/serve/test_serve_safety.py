@@ -5,6 +5,7 @@ NaN or Infinity in a 200; shutdown answers the requests it cuts; slow clients ar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import socket
@@ -235,8 +236,13 @@ def test_sigterm_answers_the_requests_it_cuts_with_503_json_and_exits_1(model_di
 # ---- slow clients ---------------------------------------------------------------------------------------
 
 
-def test_a_slow_client_is_cut_off(server_embedder):
-    with running(server_embedder, ServeConfig(read_timeout_s=0.5)) as server:
+HTTP_PROTOCOLS = ["h11", pytest.param("httptools", marks=pytest.mark.skipif(
+    importlib.util.find_spec("httptools") is None, reason="needs httptools (the serve extra)"))]
+
+
+@pytest.mark.parametrize("http", HTTP_PROTOCOLS)
+def test_a_slow_client_is_cut_off(server_embedder, http):
+    with running(server_embedder, ServeConfig(read_timeout_s=0.5), http=http) as server:
         # the head never completes: the connection is closed
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as slow:
             slow.sendall(b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
@@ -251,6 +257,48 @@ def test_a_slow_client_is_cut_off(server_embedder):
             while chunk := slow.recv(10000):  # until the server closes
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 408") and b"--read-timeout-s" in answer
+        assert server.client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("http", HTTP_PROTOCOLS)
+def test_a_head_over_16_kb_is_refused_and_one_under_it_with_a_large_body_is_not(server_embedder, http):
+    with running(server_embedder, ServeConfig(read_timeout_s=5), http=http) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as big:
+            big.sendall(b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            for _ in range(40):  # 40 headers of 1 KB, a few at a time: the head never fits
+                try:
+                    big.sendall(b"X-Filler: " + b"a" * 1000 + b"\r\n")
+                except OSError:  # closed by the server mid-head
+                    break
+                time.sleep(0.002)
+            answer = b""
+            while chunk := big.recv(10000):  # until the server closes
+                answer += chunk
+        assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 431")), answer[:200]
+        # a 15 KB head and a 1 MB body sent in one write: the body is not counted as head
+        body = b'{"inputs": "the bank", "unread": "' + b"a" * 1_000_000 + b'"}'  # unknown fields are ignored
+        head = (b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"X-Filler: " + b"b" * 15_000 + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as fine:
+            fine.sendall(head + body)
+            answer = fine.recv(100)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        # heads of 10 KB with bodies of 20 KB, three on one connection: no head is counted with another's
+        body = b'{"inputs": "the bank", "unread": "' + b"a" * 20_000 + b'"}'
+        head = (b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"X-Filler: " + b"b" * 10_000 + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        with httpx.Client(base_url=server.url, timeout=20) as client:
+            for _ in range(3):
+                answer = client.post("/embed", content=body, headers={"content-type": "application/json",
+                                                                       "x-filler": "b" * 10_000})
+                assert answer.status_code == 200, answer.text
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as fine:
+            fine.sendall((head + body) * 3)  # pipelined, in one write
+            answer = b""
+            while answer.count(b"HTTP/1.1 200") < 3:
+                chunk = fine.recv(100_000)
+                assert chunk, answer
+                answer += chunk
         assert server.client.get("/health").status_code == 200
 
 

@@ -5,6 +5,12 @@ returns a ``concurrent.futures.Future`` of its arrays; the worker takes the olde
 up to ``max_wait_ms`` for more to arrive (or until ``max_batch_tokens`` are waiting), embeds the
 requests it took in one call and hands each request its own arrays back.
 
+A batch also holds at most ``max_batch_sentences`` sentences (the app passes the representation's
+``batch_size``, the sentences of one biLM call; one request always fits): ``Embedder.embed`` cuts
+a call into chunks of ``batch_size``, and 65 sentences would run as 64 and 1, the 1 at nearly the
+cost of 16 (its matrix products are padded to 16 rows for batch invariance). Under load, batches of
+whole chunks keep the server's cost per sentence the library's.
+
 Why batching cannot change a client's numbers: ``Embedder`` starts every sentence from the same
 state and never lets padding reach a real position, so a sentence's vectors are bit-identical in
 any batch (tests/serve prove it under concurrency). A stateful representation would break that,
@@ -63,6 +69,10 @@ class _Job:
     variant: str | None = None
     queued_at: float = field(default_factory=time.monotonic)
 
+    @property
+    def size(self) -> int:
+        return len(self.sentences)
+
 
 # Called once per batch by the worker: (sentences, tokens, seconds in embed).
 BatchHook = Callable[[int, int, float], None]
@@ -104,29 +114,33 @@ class Batcher:
     Args:
         representation: anything with ``embed(sentences) -> list[np.ndarray]`` (not stateful).
         max_batch_tokens: a batch takes requests while their tokens fit (it always takes one).
+        max_batch_sentences: ... and while their sentences fit (None: no limit).
         max_wait_ms: how long the oldest request waits for company before its batch runs.
         max_queue: at most this many requests wait; one more raises ``QueueFull``.
         on_batch: called after each batch with (sentences, tokens, seconds).
         variants: other representations a request may name (``submit(..., variant=NAME)``).
     """
 
-    def __init__(self, representation, *, max_batch_tokens: int = 4096, max_wait_ms: float = 5.0,
-                 max_queue: int = 256, on_batch: BatchHook | None = None, variants: dict | None = None) -> None:
+    def __init__(self, representation, *, max_batch_tokens: int = 4096, max_batch_sentences: int | None = None,
+                 max_wait_ms: float = 5.0, max_queue: int = 256, on_batch: BatchHook | None = None,
+                 variants: dict | None = None) -> None:
         self.variants = dict(variants or {})
         for rep in (representation, *self.variants.values()):
             if getattr(rep, "stateful", False):
                 raise ValueError("a stateful representation cannot serve requests: its vectors would depend on the "
                                  "batch; load it without stateful=True")
-        if max_batch_tokens < 1 or max_queue < 1 or max_wait_ms < 0:
-            raise ValueError(f"need max_batch_tokens >= 1, max_queue >= 1, max_wait_ms >= 0; got {max_batch_tokens}, "
-                             f"{max_queue}, {max_wait_ms}")
+        if max_batch_tokens < 1 or max_queue < 1 or max_wait_ms < 0 or (max_batch_sentences or 1) < 1:
+            raise ValueError(f"need max_batch_tokens >= 1, max_batch_sentences >= 1, max_queue >= 1, max_wait_ms >= 0; "
+                             f"got {max_batch_tokens}, {max_batch_sentences}, {max_queue}, {max_wait_ms}")
         self.representation = representation
         self.max_batch_tokens = max_batch_tokens
+        self.max_batch_sentences = max_batch_sentences
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_queue = max_queue
         self.on_batch = on_batch
         self._queue: collections.deque[_Job] = collections.deque()
         self._queued_tokens = 0
+        self._queued_sentences = 0
         self._cond = threading.Condition()
         self._closed = False
         self._busy = False
@@ -183,6 +197,7 @@ class Batcher:
                 raise QueueFull(self.max_queue, self.retry_after())
             self._queue.extend(jobs)
             self._queued_tokens += sum(job.tokens for job in jobs)
+            self._queued_sentences += sum(job.size for job in jobs)
             self.accepted += 1
             self._cond.notify_all()
         return [job.future for job in jobs]
@@ -203,37 +218,43 @@ class Batcher:
         """Whole seconds until the queue has likely moved on: the batches it will take and its tokens
         at the measured costs (``BatchCost``), plus the batch running now; between 1 and 60."""
         tokens = self._queued_tokens + self._running_tokens
-        batches = math.ceil(self._queued_tokens / self.max_batch_tokens) + (1 if self._running_tokens else 0)
+        batches = math.ceil(self._queued_tokens / self.max_batch_tokens)
+        if self.max_batch_sentences is not None:
+            batches = max(batches, math.ceil(self._queued_sentences / self.max_batch_sentences))
+        batches += 1 if self._running_tokens else 0
         return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(self.cost.seconds(tokens, batches)))))
 
     # ---- the worker
 
     def _take_batch(self) -> list[_Job] | None:
         """The next batch (None when closed and drained): the oldest request, plus those that fit in
-        ``max_batch_tokens`` and arrive within ``max_wait`` of the oldest one's arrival."""
+        ``max_batch_tokens`` (and ``max_batch_sentences``) and arrive within ``max_wait`` of the oldest one's arrival."""
         with self._cond:
             while not self._queue and not self._closed:
                 self._cond.wait()
             if not self._queue:
                 return None
             deadline = self._queue[0].queued_at + self.max_wait_s
-            while not self._closed and self._queued_tokens < self.max_batch_tokens:
+            sentence_room = self.max_batch_sentences or math.inf
+            while not self._closed and self._queued_tokens < self.max_batch_tokens and self._queued_sentences < sentence_room:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            batch, tokens, passed = [], 0, []
+            batch, tokens, sentences, passed = [], 0, 0, []
             variant = self._queue[0].variant
             while self._queue:
                 job = self._queue[0]
                 if job.variant != variant:  # another variant's request waits for a batch of its own
                     passed.append(self._queue.popleft())
                     continue
-                if batch and tokens + job.tokens > self.max_batch_tokens:
+                if batch and (tokens + job.tokens > self.max_batch_tokens or sentences + job.size > sentence_room):
                     break
                 self._queue.popleft()
                 self._queued_tokens -= job.tokens
+                self._queued_sentences -= job.size
                 tokens += job.tokens
+                sentences += job.size
                 batch.append(job)
             self._queue.extendleft(reversed(passed))  # back in front, in their order
             return batch
