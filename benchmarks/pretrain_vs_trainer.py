@@ -19,11 +19,17 @@ the same initial weights) for all variants:
 - ``elmokit``: `elmokit pretrain`'s step as it ships (``_PretrainRun._step``: masks drawn, forward, loss,
   backward, clip, AdamW), as ``pretrain_speed.py`` drives it.
 - ``elmokit-base`` (causal only; what the step was before the levers): the loss on ``logits[:, :-1]`` (a
-  sliced copy) and transformers' seven-op ``gelu_new`` for GPT-2. Each of these adds one lever to it:
-  ``elmokit-loss``: the loss on the logits with shifted targets (no copy, bit-equal);
+  sliced copy) and transformers' seven-op ``gelu_new`` for GPT-2, torch's own (MKL) products. Each of these
+  adds one lever to it: ``elmokit-loss``: the loss on the logits with shifted targets (no copy, bit-equal);
   ``elmokit-fused-ce``: the tied LM head and the cross-entropy as one autograd function
-  (``heads.linear_cross_entropy``); ``elmokit-gelu`` (GPT-2): ``gelu_new`` as one kernel
-  (``pretraining/fused.py``). Their distance to ``elmokit-base`` is each lever's share.
+  (``heads.linear_cross_entropy``, in its first form: fresh N x V buffers each step); ``elmokit-gelu``
+  (GPT-2): ``gelu_new`` as one kernel (``pretraining/fused.py``). Their distance to ``elmokit-base`` is each
+  lever's share.
+- Levers taken out of the step as shipped, one each: ``elmokit-no-onednn``: the linear layers' and the fused
+  head's products by torch's own ops (MKL) instead of oneDNN (``fused.linear``); ``elmokit-no-buffer``
+  (causal): the fused head allocating its N x V logits and log-probabilities afresh each step (and zeroing
+  the ignored rows by a pass over all of it) instead of one buffer reused, log-softmax in place. Their
+  distance to ``elmokit`` is each lever's share.
 - Levers measured and not shipped, each added to the step as shipped: ``elmokit-foreach``: foreach AdamW and
   gradient clipping (bit-equal to torch's per-tensor CPU default); ``elmokit-fused`` (only when named in
   ``--variants``): torch's fused CPU AdamW (not bit-equal: ~1 ulp a step).
