@@ -28,8 +28,9 @@ the same initial weights) for all variants:
 - Levers taken out of the step as shipped, one each: ``elmokit-no-onednn``: the linear layers' and the fused
   head's products by torch's own ops (MKL) instead of oneDNN (``fused.linear``); ``elmokit-no-buffer``
   (causal): the fused head allocating its N x V logits and log-probabilities afresh each step (and zeroing
-  the ignored rows by a pass over all of it) instead of one buffer reused, log-softmax in place. Their
-  distance to ``elmokit`` is each lever's share.
+  the ignored rows by a pass over all of it) instead of one buffer reused, log-softmax in place;
+  ``elmokit-previous`` (causal): both taken out (the step as it was before them; for the masked LM
+  ``elmokit-no-onednn`` is that step). Their distance to ``elmokit`` is each lever's share.
 - Levers measured and not shipped, each added to the step as shipped: ``elmokit-foreach``: foreach AdamW and
   gradient clipping (bit-equal to torch's per-tensor CPU default); ``elmokit-fused`` (only when named in
   ``--variants``): torch's fused CPU AdamW (not bit-equal: ~1 ulp a step).
@@ -89,6 +90,22 @@ def machine() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+def cpu_details() -> dict:
+    """The CPU's vendor, family and model, its vector instruction sets, and torch's kernel capability: the
+    oneDNN lever depends on them (MKL's SGEMM takes its AVX2 path on CPUs other than Intel's)."""
+    info: dict = {"torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in ("vendor_id", "cpu family", "model") and key not in info:
+                info[key] = value
+            elif key == "flags" and "flags" not in info:
+                info["flags"] = sorted(f for f in value.split() if f.startswith(("avx", "fma", "amx")))
+    except OSError:
+        pass
+    return info
 
 
 # ---- the step as it was before the levers (for the shares) ------------------------------------------
@@ -356,9 +373,9 @@ def main(argv=None) -> None:
     objective = MODELS[args.model]
     causal = args.model in CAUSAL
     known = (["trainer", "elmokit-base", "elmokit-loss", "elmokit-fused-ce"] + (["elmokit-gelu"] if args.model == "gpt2" else [])
-             + ["elmokit", "elmokit-no-onednn", "elmokit-no-buffer", "elmokit-foreach", "elmokit-fused"] if causal
-             else ["trainer", "elmokit-base", "elmokit", "elmokit-no-onednn", "elmokit-foreach", "elmokit-fused",
-                   "elmokit-stock-head"])
+             + ["elmokit-previous", "elmokit", "elmokit-no-onednn", "elmokit-no-buffer", "elmokit-foreach", "elmokit-fused"]
+             if causal else ["trainer", "elmokit-base", "elmokit", "elmokit-no-onednn", "elmokit-foreach", "elmokit-fused",
+                             "elmokit-stock-head"])
     names = args.variants.split(",") if args.variants else [n for n in known if n != "elmokit-fused"]
     if not causal and not args.variants:
         names = [n for n in names if n != "elmokit-base"]  # the masked LM's step has no lever of this file's before it
@@ -385,7 +402,8 @@ def main(argv=None) -> None:
                   "elmokit-loss": dict(logits_loss=True, gelu_new=gelu, onednn=False),
                   "elmokit-fused-ce": dict(gelu_new=gelu, **before),
                   "elmokit-gelu": dict(sliced_loss=True, onednn=False), "elmokit": {},
-                  "elmokit-no-onednn": dict(onednn=False), "elmokit-no-buffer": dict(fresh_buffer=True),
+                  "elmokit-previous": before, "elmokit-no-onednn": dict(onednn=False),
+                  "elmokit-no-buffer": dict(fresh_buffer=True),
                   "elmokit-foreach": dict(foreach=True), "elmokit-fused": dict(fused=True),
                   "elmokit-stock-head": dict(stock_head=True)}
         variants = []
@@ -430,7 +448,8 @@ def main(argv=None) -> None:
         record = {
             "command": "python " + " ".join([os.path.relpath(__file__, REPO), *given]),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(), "cpus": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
+            "machine": machine(), "cpu": cpu_details(), "cpus": os.cpu_count(), "threads": args.threads,
+            "torch": torch.__version__,
             "transformers": transformers.__version__, "model": args.model, "objective": objective, "preset": args.preset,
             "corpus": corpus, "tokenizer": kind, "vocab_size": args.vocab_size,
             "batch": {"examples": args.batch_size, "max_tokens": args.max_tokens},
