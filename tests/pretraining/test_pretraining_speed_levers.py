@@ -221,7 +221,7 @@ def test_onednn_linear_equals_a_float64_numpy_restatement_value_and_gradients():
     np.testing.assert_allclose(linear(x, conv.t()).detach().numpy(), X @ conv.double().numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_onednn_off_or_off_the_cpu_is_torchs_own_linear():
+def test_linear_is_torchs_own_when_onednn_is_off_or_the_tensors_are_not_fp32():
     from elmokit.pretraining.fused import ONEDNN, linear
 
     x, weight = torch.randn(4, 6), torch.randn(3, 6)

@@ -119,7 +119,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     One (N, V) buffer in all, reused from step to step (``_BUFFERS``): the logits are written into it, the
     log-softmax overwrites them in place (bit-equal to the out-of-place op) and the gradient overwrites
-    that; backward hands it back. A fresh N x V allocation each step costs the CPU as much as the
+    that; backward hands it back. A fresh N x V allocation each step costs the CPU more than the
     log-softmax itself (the allocator returns blocks this large to the system, so every step faults the
     pages in again). The backward's two products go through oneDNN (``fused.mm_t``, ``fused.weight_grad``).
     """
