@@ -33,7 +33,9 @@ Variants beyond the objectives: ``bert-stock`` is BERT with transformers' ``Bert
 at ``mini``; ``xlnet-t128`` cuts the segments at ``--max-tokens`` (the objective's ``segment_length``),
 the batch shape of the others. In both, every step starts new streams (the loop builds one segment from
 each batch of documents), so the memory is never used. ERNIE is measured in its phrase stage (the
-content-word phrase heuristic; its stages differ only in the masks drawn).
+content-word phrase heuristic; its stages differ only in the masks drawn). ``NAME-no-onednn`` (GPT-2,
+RoBERTa, XLNet at 128 tokens, MASS; only when named) is the objective with its linear layers' products by
+torch's own ops (MKL) instead of oneDNN (``pretraining/fused.py``): the oneDNN lever's share.
 
 Results: a JSON file (``--out``) and a markdown table on stdout.
 """
@@ -71,6 +73,7 @@ class Variant:
     sbo: bool = False
     stock_head: bool = False  # transformers' own loss over all positions instead of heads.masked_lm_loss
     segment_to_max_tokens: bool = False  # XLNet: segments of --max-tokens instead of the preset's positions
+    onednn: bool = True  # False: the linear layers' products by torch's own ops (MKL), not fused.linear's oneDNN
 
 
 VARIANTS = {v.name: v for v in (
@@ -79,6 +82,9 @@ VARIANTS = {v.name: v for v in (
     Variant("spanbert", "spanbert"), Variant("spanbert-sbo", "spanbert", sbo=True), Variant("ernie", "ernie"),
     Variant("xlnet", "xlnet"), Variant("xlnet-t128", "xlnet", segment_to_max_tokens=True), Variant("unilm", "unilm"),
     Variant("mass", "mass"),
+    Variant("gpt2-no-onednn", "gpt2", onednn=False), Variant("roberta-no-onednn", "roberta", onednn=False),
+    Variant("xlnet-t128-no-onednn", "xlnet", segment_to_max_tokens=True, onednn=False),
+    Variant("mass-no-onednn", "mass", onednn=False),
 )}
 
 
@@ -186,6 +192,9 @@ class Timed:
 
     def steps(self, n: int) -> dict:
         """``n`` training steps: their CPU-seconds (the run's own count), wall seconds, tokens, targets."""
+        from elmokit.pretraining.fused import ONEDNN
+
+        ONEDNN["enabled"] = self.variant.onednn  # the run's linear layers were switched to fused.linear at its build
         cpu, wall, tokens, targets, losses = 0.0, 0.0, 0, 0, []
         for _ in range(n):
             item, _epoch = next(self.batches)  # example building (corpus tokenising) is not a step
@@ -284,8 +293,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", default="mini,tiny", help="comma-separated model presets (tiny, mini, small)")
-    parser.add_argument("--objectives", default=",".join(VARIANTS),
-                        help=f"comma-separated variants, of: {', '.join(VARIANTS)}")
+    parser.add_argument("--objectives", default=",".join(n for n in VARIANTS if not n.endswith("-no-onednn")),
+                        help=f"comma-separated variants, of: {', '.join(VARIANTS)} (the -no-onednn ones only when named)")
     parser.add_argument("--batch-size", type=int, default=32, help="examples a batch")
     parser.add_argument("--max-tokens", type=int, default=128, help="longest example in subword tokens")
     parser.add_argument("--vocab-size", type=int, default=8000, help="tokenizer vocabulary (every kind)")

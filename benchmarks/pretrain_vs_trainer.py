@@ -19,11 +19,18 @@ the same initial weights) for all variants:
 - ``elmokit``: `elmokit pretrain`'s step as it ships (``_PretrainRun._step``: masks drawn, forward, loss,
   backward, clip, AdamW), as ``pretrain_speed.py`` drives it.
 - ``elmokit-base`` (causal only; what the step was before the levers): the loss on ``logits[:, :-1]`` (a
-  sliced copy) and transformers' seven-op ``gelu_new`` for GPT-2. Each of these adds one lever to it:
-  ``elmokit-loss``: the loss on the logits with shifted targets (no copy, bit-equal);
+  sliced copy) and transformers' seven-op ``gelu_new`` for GPT-2, torch's own (MKL) products. Each of these
+  adds one lever to it: ``elmokit-loss``: the loss on the logits with shifted targets (no copy, bit-equal);
   ``elmokit-fused-ce``: the tied LM head and the cross-entropy as one autograd function
-  (``heads.linear_cross_entropy``); ``elmokit-gelu`` (GPT-2): ``gelu_new`` as one kernel
-  (``pretraining/fused.py``). Their distance to ``elmokit-base`` is each lever's share.
+  (``heads.linear_cross_entropy``, in its first form: fresh N x V buffers each step); ``elmokit-gelu``
+  (GPT-2): ``gelu_new`` as one kernel (``pretraining/fused.py``). Their distance to ``elmokit-base`` is each
+  lever's share.
+- Levers taken out of the step as shipped, one each: ``elmokit-no-onednn``: the linear layers' and the fused
+  head's products by torch's own ops (MKL) instead of oneDNN (``fused.linear``); ``elmokit-no-buffer``
+  (causal): the fused head allocating its N x V logits and log-probabilities afresh each step (and zeroing
+  the ignored rows by a pass over all of it) instead of one buffer reused, log-softmax in place;
+  ``elmokit-previous`` (causal): both taken out (the step as it was before them; for the masked LM
+  ``elmokit-no-onednn`` is that step). Their distance to ``elmokit`` is each lever's share.
 - Levers measured and not shipped, each added to the step as shipped: ``elmokit-foreach``: foreach AdamW and
   gradient clipping (bit-equal to torch's per-tensor CPU default); ``elmokit-fused`` (only when named in
   ``--variants``): torch's fused CPU AdamW (not bit-equal: ~1 ulp a step).
@@ -85,6 +92,22 @@ def machine() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_details() -> dict:
+    """The CPU's vendor, family and model, its vector instruction sets, and torch's kernel capability: the
+    oneDNN lever depends on them (MKL's SGEMM takes its AVX2 path on CPUs other than Intel's)."""
+    info: dict = {"torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in ("vendor_id", "cpu family", "model") and key not in info:
+                info[key] = value
+            elif key == "flags" and "flags" not in info:
+                info["flags"] = sorted(f for f in value.split() if f.startswith(("avx", "fma", "amx")))
+    except OSError:
+        pass
+    return info
+
+
 # ---- the step as it was before the levers (for the shares) ------------------------------------------
 
 
@@ -110,6 +133,47 @@ def logits_causal_loss(model, batch):
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     lm = causal_lm_loss(logits, batch["labels"])
     return ObjectiveLoss(lm.mean, {"lm": float(lm.mean.detach())}, lm.count, int(batch["attention_mask"].sum()))
+
+
+class FreshBufferHead(torch.autograd.Function):
+    """``heads._LinearCrossEntropy`` before the buffer lever: the logits and the log-softmax each in a fresh
+    (N, V) tensor, the ignored rows zeroed by a masked pass over all N x V (the backward's products as shipped:
+    ``fused.mm_t`` / ``fused.weight_grad``, torch's own ops when oneDNN is off)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets):
+        from elmokit.pretraining.masking import IGNORE_INDEX
+
+        log_probs = torch.log_softmax(hidden @ weight.t(), dim=1)
+        ignored = targets == IGNORE_INDEX
+        safe = targets.masked_fill(ignored, 0).unsqueeze(1)
+        losses = -log_probs.gather(1, safe).squeeze(1).masked_fill(ignored, 0.0)
+        grad = log_probs.exp_()
+        grad.scatter_add_(1, safe, torch.full((grad.size(0), 1), -1.0, dtype=grad.dtype))
+        if bool(ignored.any()):
+            grad.masked_fill_(ignored.unsqueeze(1), 0.0)
+        ctx.save_for_backward(hidden, weight, grad)
+        return losses.sum()
+
+    @staticmethod
+    def backward(ctx, upstream):
+        from elmokit.pretraining.fused import mm_t, weight_grad
+
+        hidden, weight, grad = ctx.saved_tensors
+        return mm_t(grad, weight.t()) * upstream, weight_grad(hidden, grad) * upstream, None
+
+
+def fresh_buffer_causal_loss(model, batch):
+    """`elmokit pretrain`'s causal loss (base model + fused tied head) with ``FreshBufferHead``."""
+    from elmokit.pretraining.heads import next_token_targets
+    from elmokit.pretraining.objectives import ObjectiveLoss
+
+    hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
+    targets = next_token_targets(batch["labels"]).reshape(-1)
+    total = FreshBufferHead.apply(hidden.reshape(-1, hidden.size(-1)), model.get_output_embeddings().weight, targets)
+    n = int((targets != -100).sum())
+    loss = total / max(n, 1)
+    return ObjectiveLoss(loss, {"lm": float(loss.detach())}, n, int(batch["attention_mask"].sum()))
 
 
 def stock_mlm_loss(model, batch):
@@ -138,7 +202,7 @@ class Elmokit:
 
     def __init__(self, name: str, objective: str, preset: str, corpus: Path, tokenizer: Path, args, run_dir: Path,
                  *, sliced_loss=False, logits_loss=False, foreach=False, fused=False, stock_head=False,
-                 gelu_new=False):
+                 gelu_new=False, fresh_buffer=False, onednn=True):
         from pretrain_speed import Timed
 
         class Options:
@@ -160,6 +224,9 @@ class Elmokit:
             run.objective.loss = logits_causal_loss
         if stock_head:
             run.objective.loss = stock_mlm_loss
+        if fresh_buffer:
+            run.objective.loss = fresh_buffer_causal_loss
+        self.onednn = onednn
         if foreach or fused:
             groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in run.optimizer.param_groups]
             config = run.config
@@ -169,7 +236,10 @@ class Elmokit:
         self.rounds: list[dict] = []
 
     def steps(self, n: int) -> dict:
+        from elmokit.pretraining.fused import ONEDNN
+
         CLIP_FOREACH["value"] = self.clip_foreach
+        ONEDNN["enabled"] = self.onednn  # the run's linear layers were switched to fused.linear when it was built
         # the run's own clocks around its steps (process CPU time, as for the Trainer); tokenising the
         # corpus when the stream opens a shard is not a step (the Trainer gets the examples tokenised)
         return self.timed.steps(n)
@@ -303,8 +373,9 @@ def main(argv=None) -> None:
     objective = MODELS[args.model]
     causal = args.model in CAUSAL
     known = (["trainer", "elmokit-base", "elmokit-loss", "elmokit-fused-ce"] + (["elmokit-gelu"] if args.model == "gpt2" else [])
-             + ["elmokit", "elmokit-foreach", "elmokit-fused"] if causal
-             else ["trainer", "elmokit-base", "elmokit", "elmokit-foreach", "elmokit-fused", "elmokit-stock-head"])
+             + ["elmokit-previous", "elmokit", "elmokit-no-onednn", "elmokit-no-buffer", "elmokit-foreach", "elmokit-fused"]
+             if causal else ["trainer", "elmokit-base", "elmokit", "elmokit-no-onednn", "elmokit-foreach", "elmokit-fused",
+                             "elmokit-stock-head"])
     names = args.variants.split(",") if args.variants else [n for n in known if n != "elmokit-fused"]
     if not causal and not args.variants:
         names = [n for n in names if n != "elmokit-base"]  # the masked LM's step has no lever of this file's before it
@@ -324,9 +395,15 @@ def main(argv=None) -> None:
         tokenizer = train_tokenizers({kind}, work / "corpus", work / "tokenizers", args.vocab_size, args.max_tokens)[kind]
         total = (args.warmup + args.repeats) * args.steps
         gelu = args.model == "gpt2"
-        levers = {"elmokit-base": dict(sliced_loss=causal, gelu_new=gelu),
-                  "elmokit-loss": dict(logits_loss=True, gelu_new=gelu), "elmokit-fused-ce": dict(gelu_new=gelu),
-                  "elmokit-gelu": dict(sliced_loss=True), "elmokit": {},
+        # the rows before the levers of this file run as the step was then: torch's (MKL) products, the head's
+        # fresh N x V buffers
+        before = dict(onednn=False, fresh_buffer=causal)
+        levers = {"elmokit-base": dict(sliced_loss=causal, gelu_new=gelu, onednn=False),
+                  "elmokit-loss": dict(logits_loss=True, gelu_new=gelu, onednn=False),
+                  "elmokit-fused-ce": dict(gelu_new=gelu, **before),
+                  "elmokit-gelu": dict(sliced_loss=True, onednn=False), "elmokit": {},
+                  "elmokit-previous": before, "elmokit-no-onednn": dict(onednn=False),
+                  "elmokit-no-buffer": dict(fresh_buffer=True),
                   "elmokit-foreach": dict(foreach=True), "elmokit-fused": dict(fused=True),
                   "elmokit-stock-head": dict(stock_head=True)}
         variants = []
@@ -371,7 +448,8 @@ def main(argv=None) -> None:
         record = {
             "command": "python " + " ".join([os.path.relpath(__file__, REPO), *given]),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(), "cpus": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
+            "machine": machine(), "cpu": cpu_details(), "cpus": os.cpu_count(), "threads": args.threads,
+            "torch": torch.__version__,
             "transformers": transformers.__version__, "model": args.model, "objective": objective, "preset": args.preset,
             "corpus": corpus, "tokenizer": kind, "vocab_size": args.vocab_size,
             "batch": {"examples": args.batch_size, "max_tokens": args.max_tokens},

@@ -1,10 +1,13 @@
 """The pretraining step's speed levers keep the numbers: the causal LM loss on shifted targets equals the loss
 on sliced logits (value and gradients, bit for bit) and a numpy re-statement; the fused LM head and
 cross-entropy equal autograd's and transformers' own loss up to rounding; GPT-2's one-kernel GeLU equals
-``gelu_new`` up to rounding; a GPT-2 run resumed halfway ends bit-identical."""
+``gelu_new`` up to rounding; a GPT-2 run resumed halfway ends bit-identical (one thread and two); the linear
+layers and products by oneDNN equal a float64 numpy re-statement, repeat bit for bit and are counted by the FLOP
+counter; the fused head's reused buffer gives the numbers of a fresh one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -15,6 +18,20 @@ from pretraining_testkit import need_transformers, write_document_corpus
 from train_helpers import one_thread
 
 from elmokit.pretraining.heads import IGNORE_INDEX, causal_lm_loss, causal_lm_model_loss, linear_cross_entropy, next_token_targets
+
+
+@contextlib.contextmanager
+def n_threads(n):
+    if n == 1:
+        with one_thread():
+            yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _sliced(logits, labels):
@@ -96,9 +113,11 @@ def test_the_causal_lm_loss_equals_transformers_own_loss_with_labels(family):
         np.testing.assert_allclose(mine[name].numpy(), parameter.grad.numpy(), rtol=1e-4, atol=1e-7, err_msg=name)
 
 
-def test_a_gpt2_run_resumed_halfway_is_bit_identical(tmp_path):
-    """Straight 6 steps against 3 + --resume + 3 for the causal LM (the fused head, GPT-2's one-kernel GeLU):
-    weights, optimizer state and metrics identical; dropout on, so the torch RNG is restored too."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_gpt2_run_resumed_halfway_is_bit_identical(tmp_path, threads):
+    """Straight 6 steps against 3 + --resume + 3 for the causal LM (the fused head and its reused buffer, GPT-2's
+    one-kernel GeLU, the linear layers by oneDNN): weights, optimizer state and metrics identical; dropout on, so
+    the torch RNG is restored too. Two threads too: oneDNN's products must not depend on thread timing."""
     need_transformers()
     from safetensors.torch import load_file
 
@@ -111,7 +130,7 @@ def test_a_gpt2_run_resumed_halfway_is_bit_identical(tmp_path):
                             log_every=1, checkpoint_every=3, lr=2e-3)
 
     def run(folder, config, resume=False):
-        with one_thread():
+        with n_threads(threads):
             return pretrain(folder, corpus=str(corpus), config=config, resume=resume, command="test", progress=False)
 
     straight = run(tmp_path / "straight", config)
@@ -163,3 +182,142 @@ def test_fuse_activations_swaps_gpt2s_gelu_new_in_the_run_only():
     with torch.no_grad():
         np.testing.assert_allclose(model(ids).logits.numpy(), reference(ids).logits.numpy(), rtol=1e-5, atol=1e-5)
     assert fuse_activations(build_model("bert-mlm", "tiny", vocab_size=50)) == 0  # exact GeLU: nothing to swap
+
+
+# ---- oneDNN products (fused.linear) and the head's reused buffer ------------------------------------------------
+
+
+def _need_onednn():
+    from elmokit.pretraining.fused import HAVE_ONEDNN
+
+    if not HAVE_ONEDNN:
+        pytest.skip("this torch build has no oneDNN (torch.ops.mkldnn._linear_pointwise): fused.linear is F.linear")
+
+
+def test_onednn_linear_equals_a_float64_numpy_restatement_value_and_gradients():
+    _need_onednn()
+    from elmokit.pretraining.fused import linear, onednn_applies
+
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 7, 5, generator=generator).requires_grad_(True)
+    weight = torch.randn(11, 5, generator=generator).requires_grad_(True)
+    bias = torch.randn(11, generator=generator).requires_grad_(True)
+    upstream = torch.randn(3, 7, 11, generator=generator)
+    assert onednn_applies(x, weight, bias)
+    y = linear(x, weight, bias)
+    assert y.grad_fn is not None and type(y.grad_fn).__name__ == "_LinearBackward"  # the oneDNN path, not F.linear
+    (y * upstream).sum().backward()
+    X, W, b, G = (t.detach().double().numpy() for t in (x, weight, bias, upstream))
+    np.testing.assert_allclose(y.detach().numpy(), X @ W.T + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), G @ W, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(weight.grad.numpy(), G.reshape(-1, 11).T @ X.reshape(-1, 5), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(bias.grad.numpy(), G.reshape(-1, 11).sum(0), rtol=1e-5, atol=1e-5)
+    # the weight-gradient's other operand order (more inputs than outputs) and a strided weight (GPT's Conv1D)
+    from elmokit.pretraining.fused import weight_grad
+
+    a, g = torch.randn(9, 13, generator=generator), torch.randn(9, 4, generator=generator)
+    np.testing.assert_allclose(weight_grad(a, g).numpy(), g.double().numpy().T @ a.double().numpy(), rtol=1e-5, atol=1e-5)
+    conv = torch.randn(5, 11, generator=generator)  # (in, out)
+    np.testing.assert_allclose(linear(x, conv.t()).detach().numpy(), X @ conv.double().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_is_torchs_own_when_onednn_is_off_or_the_tensors_are_not_fp32():
+    from elmokit.pretraining.fused import ONEDNN, linear
+
+    x, weight = torch.randn(4, 6), torch.randn(3, 6)
+    ONEDNN["enabled"] = False
+    try:
+        assert torch.equal(linear(x, weight), F.linear(x, weight))
+    finally:
+        ONEDNN["enabled"] = True
+    assert torch.equal(linear(x.double(), weight.double()), F.linear(x.double(), weight.double()))  # fp32 only
+
+
+def test_onednn_products_repeat_bit_for_bit_on_two_threads():
+    _need_onednn()
+    from elmokit.pretraining.fused import linear
+
+    generator = torch.Generator().manual_seed(5)
+    x0, w0 = torch.randn(300, 64, generator=generator), torch.randn(200, 64, generator=generator)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        results = []
+        for _ in range(2):
+            x, w = x0.clone().requires_grad_(True), w0.clone().requires_grad_(True)
+            y = linear(x, w)
+            (y * y).sum().backward()
+            results.append((y.detach(), x.grad, w.grad))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "roberta"])
+def test_use_onednn_linear_switches_the_modules_in_place_and_keeps_the_numbers(family):
+    """GPT-2 (transformers' Conv1D and the tied head) and RoBERTa (nn.Linear): the same parameters and names, outputs
+    and gradients equal to the untouched model's up to rounding."""
+    need_transformers()
+    _need_onednn()
+    from elmokit.pretraining.fused import OneDnnLinear, use_onednn_linear
+    from elmokit.pretraining.models import build_model
+
+    reference, model = build_model(family, "tiny", vocab_size=50).eval(), build_model(family, "tiny", vocab_size=50).eval()
+    names = [n for n, _ in model.named_parameters()]
+    parameters = [id(p) for p in model.parameters()]
+    switched = use_onednn_linear(model)
+    assert switched == (4 * 2 + 1 if family == "gpt2" else 6 * 2 + 2)  # per block, + the heads
+    assert use_onednn_linear(model) == 0  # nothing left to switch
+    assert [n for n, _ in model.named_parameters()] == names and [id(p) for p in model.parameters()] == parameters
+    assert any(isinstance(m, OneDnnLinear) for m in model.modules())
+    ids = torch.randint(3, 50, (2, 9), generator=torch.Generator().manual_seed(0))
+    out, ref = model(ids).logits, reference(ids).logits
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    out.square().mean().backward()
+    ref.square().mean().backward()
+    for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+        if b.grad is not None:
+            np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_the_flop_counter_counts_the_onednn_products():
+    _need_onednn()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from elmokit.pretraining.fused import linear
+
+    x, w = torch.randn(6, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        linear(x, w).sum().backward()
+    assert counter.get_total_flops() == 3 * 2 * 6 * 5 * 4  # forward, d/dx, d/dW
+
+
+def test_the_fused_heads_reused_buffer_gives_a_fresh_ones_numbers():
+    """Two steps of the head in a row: the second reuses the first's (N, V) buffer (same memory) and gives bit for bit
+    what it gives after the buffer was dropped; its in-place log-softmax equals torch's out-of-place one."""
+    from elmokit.pretraining import heads
+
+    generator = torch.Generator().manual_seed(6)
+    N, H, V = 30, 8, 41
+    hidden, weight = torch.randn(N, H, generator=generator), torch.randn(V, H, generator=generator)
+    targets = torch.randint(0, V, (N,), generator=generator)
+    targets[[0, 29]] = IGNORE_INDEX
+
+    def step():
+        h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        loss = linear_cross_entropy(h, w, targets)
+        loss.mean.backward()
+        return loss.total.detach(), h.grad, w.grad
+
+    heads._BUFFERS.clear()
+    first = step()
+    kept = next(iter(heads._BUFFERS.values()))
+    second = step()
+    assert next(iter(heads._BUFFERS.values())) is kept  # taken and given back, not reallocated
+    heads._BUFFERS.clear()
+    fresh = step()
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(first, second, fresh))
+    a = torch.randn(7, 13, generator=generator) * 5
+    b = a.clone()
+    torch._log_softmax(b, 1, False, out=b)
+    assert torch.equal(b, torch.log_softmax(a, 1))

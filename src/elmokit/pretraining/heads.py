@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmokit.pretraining.fused import mm_t, weight_grad
+
 IGNORE_INDEX = -100
 
 
@@ -114,27 +116,52 @@ class _LinearCrossEntropy(torch.autograd.Function):
     the NLL and the log-softmax backward (which reads two N x V tensors and writes a third): the softmax
     is one in-place pass instead. The upstream gradient (a scalar) scales the (N, H) and (V, H) results,
     not the (N, V) matrix.
+
+    One (N, V) buffer in all, reused from step to step (``_BUFFERS``): the logits are written into it, the
+    log-softmax overwrites them in place (bit-equal to the out-of-place op) and the gradient overwrites
+    that; backward hands it back. A fresh N x V allocation each step costs the CPU more than the
+    log-softmax itself (the allocator returns blocks this large to the system, so every step faults the
+    pages in again). The backward's two products go through oneDNN (``fused.mm_t``, ``fused.weight_grad``).
     """
 
     @staticmethod
     def forward(ctx, hidden, weight, targets):
-        log_probs = torch.log_softmax(hidden @ weight.t(), dim=1)  # (N, V); the logits are freed here
+        buffer = _take_buffer((hidden.size(0), weight.size(0)), hidden)  # (N, V)
+        torch.mm(hidden, weight.t(), out=buffer)  # the logits
+        log_probs = torch._log_softmax(buffer, 1, False, out=buffer)
         ignored = targets == IGNORE_INDEX  # (N,)
         safe = targets.masked_fill(ignored, 0).unsqueeze(1)  # (N, 1)
         losses = -log_probs.gather(1, safe).squeeze(1).masked_fill(ignored, 0.0)  # (N,)
-        grad = log_probs.exp_()  # softmax, in the log-probabilities' buffer
+        grad = log_probs.exp_()  # softmax, in place
         grad.scatter_add_(1, safe, torch.full((grad.size(0), 1), -1.0, dtype=grad.dtype, device=grad.device))
-        if bool(ignored.any()):
-            grad.masked_fill_(ignored.unsqueeze(1), 0.0)
+        rows = ignored.nonzero().squeeze(1)
+        if rows.numel():
+            grad.index_fill_(0, rows, 0.0)  # only the ignored rows, not a pass over all N x V
         ctx.save_for_backward(hidden, weight, grad)
         return losses.sum()
 
     @staticmethod
     def backward(ctx, upstream):
         hidden, weight, grad = ctx.saved_tensors
-        grad_hidden = (grad @ weight) * upstream if ctx.needs_input_grad[0] else None  # (N, H)
-        grad_weight = (grad.t() @ hidden) * upstream if ctx.needs_input_grad[1] else None  # (V, H)
+        grad_hidden = mm_t(grad, weight.t()) * upstream if ctx.needs_input_grad[0] else None  # (N, H)
+        grad_weight = weight_grad(hidden, grad) * upstream if ctx.needs_input_grad[1] else None  # (V, H)
+        _give_back_buffer(grad)
         return grad_hidden, grad_weight, None
+
+
+# (shape, dtype, device) -> a free (N, V) buffer of ``_LinearCrossEntropy``; taken by a forward, given back by its
+# backward (a forward whose backward never runs leaves none, and the next allocates afresh)
+_BUFFERS: dict[tuple, torch.Tensor] = {}
+
+
+def _take_buffer(shape: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
+    buffer = _BUFFERS.pop((shape, like.dtype, like.device), None)
+    return buffer if buffer is not None else torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def _give_back_buffer(buffer: torch.Tensor) -> None:
+    _BUFFERS.clear()  # one kept: a run's batches change shape only at an epoch's or a shard's end
+    _BUFFERS[(tuple(buffer.shape), buffer.dtype, buffer.device)] = buffer
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> HeadLoss:

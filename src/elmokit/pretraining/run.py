@@ -76,7 +76,7 @@ from elmokit.engine.steps import Launch, RunResult, StepLoop, StepOutcome, corpu
 from elmokit.io import atomic_directory
 from elmokit.pretraining.corpus import ExampleStream, read_documents
 from elmokit.pretraining.dialogue import parse_mix, parse_pools
-from elmokit.pretraining.fused import fuse_activations
+from elmokit.pretraining.fused import fuse_activations, use_onednn_linear
 from elmokit.pretraining.models import PRESETS, build_model, non_embedding_parameters, preset, special_ids
 from elmokit.pretraining.registry import OBJECTIVES
 from elmokit.text.corpus import CorpusError, Position, expand_patterns
@@ -367,6 +367,7 @@ class _PretrainRun:
                 "dlm_fake_rate": config.dlm_fake_rate,
                 **{k: v for k, v in config.to_dict().items() if k.startswith("ernie_thu_")}})
         self.modules = dict(self.objective.modules())
+        use_onednn_linear(self.model, *self.modules.values())  # linear layers' products by oneDNN (fused.py)
         self.model.to(self.device)
         for module in self.modules.values():
             module.to(self.device)
