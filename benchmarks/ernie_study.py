@@ -424,7 +424,7 @@ def judged(records, a: str, b: str, metric: str) -> str:
     noise = noise_floor(records, metric)
     if not m or noise is None:
         return "not measured"
-    verdict = fs.verdict(m, noise)
+    verdict = "no difference" if not any(m) else fs.verdict(m, noise)
     return f"{fs.margin_text(m)} vs noise {noise:.1f} → {verdict}"
 
 
@@ -448,7 +448,7 @@ def build_section(records, seeds: list[int], args, corpus: dict | None, baseline
         "`ernie2` reached in the budget), so each of its 5 tasks (knowledge masking, capitalization, token-document "
         "relation, sentence reordering, sentence distance) has N = steps / 5 iterations; continual: the tasks come in "
         "5 stages, multitask: all from the first step. ERNIE-THU: 2 layers = 1 T-Encoder + 1 K-Encoder layer, "
-        f"TransE of WordNet ({args.transe_dim}-d, {args.transe_epochs} epochs, one per seed, its CPU-seconds in the "
+        f"TransE of WordNet ({args.transe_dim}-d, {args.transe_epochs} epoch(s), one per seed, its CPU-seconds in the "
         "table's note and outside the encoder's budget), plain-text mentions from the first-sense linker inside the budget; "
         "read with its entities (the same linker on the probes' sentences).",
         "",
@@ -493,7 +493,7 @@ def build_section(records, seeds: list[int], args, corpus: dict | None, baseline
     transe = [r["transe"] for by_seed in records.values() for r in by_seed.values() if "transe" in r]
     if transe:
         t = transe[0]
-        lines += ["", f"TransE (PyKEEN, {t['triples']:,} WordNet triples, {t['epochs']} epochs): margin loss "
+        lines += ["", f"TransE (PyKEEN, {t['triples']:,} WordNet triples, {t['epochs']} epoch(s)): margin loss "
                   f"{t['losses'][0]:.3f} → {t['losses'][-1]:.3f}, {t['cpu_seconds']} CPU-s (seed {t['seed']})."]
     lines += ["", "### The claims at this scale", ""]
     claims = [
