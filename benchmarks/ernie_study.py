@@ -404,8 +404,9 @@ def measure_row(row: str, args, seed: int, run: Path | None, transe_dir: Path, t
 
 def best(record: dict, metric: str) -> float | None:
     """The best layer's score of one record on one metric (None where not measured)."""
-    if metric == "similarity":
-        return fs.mean_similarity(record) if "similarity" in record else None
+    if metric == "similarity":  # mean Spearman rho x 100, so margins read in the same points as the rest
+        value = fs.mean_similarity(record) if "similarity" in record else None
+        return None if value is None else 100 * value
     path = {"pos": ("probe", "test_accuracy"), "wsd": ("wsd", "f1"), "ner": ("ner_probe", "test_f1"),
             "sst": ("sst_probe", "test_accuracy"), "supersense": ("supersense", "test_accuracy"),
             "supersense_unseen": ("supersense", "test_accuracy_unseen_words")}[metric]
@@ -414,7 +415,7 @@ def best(record: dict, metric: str) -> float | None:
     return max(layer[path[1]] for layer in record[path[0]]["layers"])
 
 
-METRICS = (("pos", "POS acc"), ("wsd", "WSD F1"), ("similarity", "sim. ρ"), ("ner", "NER F1"), ("sst", "SST-2 acc"),
+METRICS = (("pos", "POS acc"), ("wsd", "WSD F1"), ("similarity", "sim. ρ x100"), ("ner", "NER F1"), ("sst", "SST-2 acc"),
            ("supersense", "supersense acc"), ("supersense_unseen", "supersense, unseen words"))
 
 
@@ -503,14 +504,14 @@ def build_section(records, seeds: list[int], args, corpus: dict | None, baseline
         for metric, _ in METRICS:
             values = [best(r, metric) for r in recs]
             values = [v for v in values if v is not None]
-            digits = 3 if metric == "similarity" else 1
+            digits = 1
             cells.append("—" if not values else fmt(sum(values) / len(values), digits)
                          + (f" ({' / '.join(fmt(v, digits) for v in values)})" if len(values) > 1 else ""))
         lines.append("| " + " | ".join(cells) + " |")
     noise = {m: noise_floor(records, m) for m, _ in METRICS}
     lines += ["", "Cells: the mean over the seeds of the best layer, each seed's in brackets (seed order as listed); "
               "CPU-s: each seed's CPU-seconds of training steps. Noise floor per metric (the largest seed spread of any "
-              "row): " + ", ".join(f"{label} {fmt(noise[m], 3 if m == 'similarity' else 1)}" for m, label in METRICS) + "."]
+              "row): " + ", ".join(f"{label} {fmt(noise[m], 1)}" for m, label in METRICS) + "."]
     if baselines:
         lines += ["", f"Supersense baselines on the same test nouns: majority class ({baselines['majority_class']}) "
                   f"{baselines['majority']:.1f}; each word's most frequent class in train {baselines['train_word_mfs']:.1f}; "
