@@ -4,7 +4,7 @@ TransE entity vectors alone, each measured with the family study's probes plus a
 Writes docs/results/ernie/seed*/ROW.json (one per row and seed, as each finishes) and docs/results.md's
 section between the ernie-study markers.
 
-    python benchmarks/ernie_study.py --ernie2-steps 480          # everything, seeds 0 and 1
+    python benchmarks/ernie_study.py --ernie2-steps 500 --glue   # everything, seeds 0 and 1
     python benchmarks/ernie_study.py --smoke                     # tiny: preset tiny, seconds, to a temp dir
     python benchmarks/ernie_study.py --report-only               # redraw the section from the JSON alone
 
@@ -26,7 +26,8 @@ single-word noun mentions with a gold sense (module function ``supersense_splits
 entities (``ErnieThuRepresentation``: the first-sense linker's synsets fed to the K-Encoder, as in pretraining);
 the TransE row (``TransERepresentation``) is one layer: each word gets the TransE vector of the synset the
 linker gives the mention covering it, zeros elsewhere; it is measured on the rows where knowledge should
-show (WSD, supersense) only.
+show (WSD, supersense) only. ``--glue`` adds `elmokit eval glue` (feature recipe, capped train and eval sets)
+for the encoders whose ``model/`` is the trained function (not ERNIE-THU's, whose entity side is outside it).
 
 Seeds: every row for each seed of ``--seeds`` (the same for all rows). The noise floor of a metric is the
 largest seed-to-seed spread any trained row shows on it; a claim holds when the mean margin is at least that
@@ -454,7 +455,8 @@ def judged(records, a: str, b: str, metric: str) -> str:
     return f"{fs.margin_text(m)} vs noise {noise:.1f} → {verdict}"
 
 
-def build_section(records, seeds: list[int], args, corpus: dict | None, baselines: dict | None) -> str:
+def build_section(records, seeds: list[int], args, corpus: dict | None, baselines: dict | None,
+                  glue: list[str] | None = None) -> str:
     lines = [BEGIN, "", "## The ERNIE line at equal compute", ""]
     if not records:
         return "\n".join(lines + ["No runs yet.", "", END])
@@ -562,8 +564,91 @@ def build_section(records, seeds: list[int], args, corpus: dict | None, baseline
         parts = [f"{label} {judged(records, a, b, m)}" for m, label in METRICS
                  if margins(records, a, b, m)]
         lines.append(f"- **{title}.** {a} minus {b}, best layer: " + "; ".join(parts) + f". Caveat: {caveat}.")
-    lines += ["", END]
+    lines += [*(glue or []), "", END]
     return "\n".join(lines)
+
+
+GLUE_ROWS = ("bert", "ernie", "ernie2", "ernie2-multitask")
+
+
+def glue_command(run: Path, out: Path, args) -> list[str]:
+    return ["elmokit", "eval", "glue", "--model", os.path.relpath(run / "model", REPO), "--tasks", args.glue_tasks,
+            "--max-train", str(args.glue_max_train), "--max-eval", str(args.glue_max_eval), "--epochs", "3",
+            "--threads", "1", "--seeds", "0", "--out", os.path.relpath(out, REPO)]
+
+
+def run_glue(args, work: Path, seeds: list[int]) -> None:
+    """One `elmokit eval glue` per pretrained encoder, each to its own folder (a cut keeps the finished ones)."""
+    env = {**os.environ, "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    for seed in seeds:
+        for row in GLUE_ROWS:
+            out, run = work / "glue" / f"seed{seed}" / row, work / f"seed{seed}" / row
+            if (out / "results.json").exists() or not (run / "model" / "config.json").exists():
+                continue
+            command = glue_command(run, out, args)
+            log("$", shlex.join(command))
+            subprocess.run(command, check=True, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+
+
+def collect_glue(work: Path, results: Path, seeds: list[int]) -> None:
+    """`elmokit eval glue`'s results.json of each pretrained model (``work/glue/seedS/ROW``, one eval per model)
+    into ``results/glue/seedS/ROW.json`` with the machine and date."""
+    for seed in seeds:
+        for row in GLUE_ROWS:
+            source = work / "glue" / f"seed{seed}" / row / "results.json"
+            target = results / "glue" / f"seed{seed}" / f"{row}.json"
+            if source.exists() and not target.exists():
+                record = json.loads(source.read_text())
+                record.update({"name": row, "seed": seed, "machine": fs.MACHINE, "date": datetime.date.today().isoformat(),
+                               "command": shlex.join(record["command"])})
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def glue_lines(results: Path, seeds: list[int]) -> list[str]:
+    """The GLUE-style table (feature recipe) of the pretrained encoders, seeds side by side, and the margins of
+    the ERNIE 2.0 claims on its average against the largest seed spread."""
+    found = {row: {s: json.loads(p.read_text()) for s in seeds
+                   if (p := results / "glue" / f"seed{s}" / f"{row}.json").exists()} for row in GLUE_ROWS}
+    found = {k: v for k, v in found.items() if v}
+    if not found:
+        return []
+    first = next(iter(next(iter(found.values())).values()))
+    tasks = first["tasks"]
+
+    def scores(record) -> dict[str, float]:
+        cells = record["rows"][0]["tasks"]
+        out = {t: cells[t]["mean"]["score"] for t in tasks if t in cells}
+        out["avg"] = sum(out.values()) / len(out)
+        return out
+
+    lines = ["", "**GLUE-style tasks** (`elmokit eval glue`, feature recipe: the frozen encoder's scalar-mixed layers "
+             f"under InferSent's BiLSTM task model; capped: the first {first['max_train']:,} training and "
+             f"{first['max_eval']:,} dev and test examples of each task, {', '.join(tasks)}; 3 epochs; one task-model "
+             "seed, 0; the spread below is the pretraining seeds'). Score: accuracy (RTE), mean of accuracy and F1 "
+             "(MRPC), mean of Pearson and Spearman (STS-B), Matthews (CoLA), x100. ERNIE-THU is not in this table: "
+             "`eval glue` reads `model/`, which with the paper's fusion is not the function ERNIE-THU trained. "
+             f"Command per model: `{first['command']}` (the model and --out changed).", "",
+             "| row | " + " | ".join(tasks) + " | avg |", "|" + "---|" * (len(tasks) + 2)]
+    table = {row: {s: scores(r) for s, r in by_seed.items()} for row, by_seed in found.items()}
+    for row, by_seed in table.items():
+        cells = []
+        for t in [*tasks, "avg"]:
+            values = [by_seed[s][t] for s in sorted(by_seed)]
+            cells.append(f"{sum(values) / len(values):.1f}" + (f" ({' / '.join(f'{v:.1f}' for v in values)})"
+                                                                if len(values) > 1 else ""))
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    spreads = [max(v) - min(v) for by_seed in table.values() if len(by_seed) > 1
+               for v in [[x["avg"] for x in by_seed.values()]]]
+    if spreads:
+        noise = max(spreads)
+        lines += ["", f"Noise floor of the average (the largest seed spread of a row): {noise:.1f}."]
+        for a, b in (("ernie2", "ernie"), ("ernie", "bert"), ("ernie2", "bert"), ("ernie2", "ernie2-multitask")):
+            if a in table and b in table:
+                m = [table[a][s]["avg"] - table[b][s]["avg"] for s in sorted(set(table[a]) & set(table[b]))]
+                verdict = "no difference" if not any(m) else fs.verdict(m, noise)
+                lines.append(f"- GLUE-style average, {a} minus {b}: {fs.margin_text(m)} → {verdict}.")
+    return lines
 
 
 def sentences_text(records) -> str:
@@ -619,6 +704,10 @@ def main(argv=None) -> int:
     parser.add_argument("--probe-iter", type=int, default=200)
     parser.add_argument("--semcor-sentences", type=int, default=10000, help="SemCor sentences for WSD's sense vectors")
     parser.add_argument("--supersense-sentences", default="2000,500,1000", help="train,dev,test labelled sentences")
+    parser.add_argument("--glue", action="store_true", help="also the GLUE-style table of the pretrained encoders")
+    parser.add_argument("--glue-tasks", default="rte,mrpc,stsb,cola")
+    parser.add_argument("--glue-max-train", type=int, default=1000)
+    parser.add_argument("--glue-max-eval", type=int, default=300)
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "ernie_study"))
     parser.add_argument("--out-dir", default=str(REPO / "docs" / "results" / "ernie"))
     parser.add_argument("--results-md", default=str(REPO / "docs" / "results.md"))
@@ -673,6 +762,8 @@ def main(argv=None) -> int:
                 (results / "study.json").write_text(json.dumps({
                     "date": datetime.date.today().isoformat(), "machine": fs.MACHINE, "command": args.command_text,
                     "corpus": corpus, "rows": rows, "seeds": seeds}, indent=1) + "\n")
+    if args.glue and not args.report_only:
+        run_glue(args, work, seeds)
     for seed in seeds:  # what TransE's own vectors say about noun types (cheap; added to the TransE row's record)
         path, transe_dir = results / f"seed{seed}" / "transe.json", work / f"transe_seed{seed}"
         if path.exists() and (transe_dir / "transe.json").exists():
@@ -682,7 +773,8 @@ def main(argv=None) -> int:
                 path.write_text(json.dumps(record, indent=1) + "\n")
     corpus = json.loads(corpus_path.read_text()) if corpus_path.exists() else None
     baselines = json.loads(baselines_path.read_text()) if baselines_path.exists() else None
-    section = build_section(load(results, seeds, ROWS), seeds, args, corpus, baselines)
+    collect_glue(work, results, seeds)
+    section = build_section(load(results, seeds, ROWS), seeds, args, corpus, baselines, glue_lines(results, seeds))
     write_section(section, Path(args.results_md))
     print(section)
     return 0
