@@ -216,9 +216,10 @@ def sst2_splits(max_sentences: int) -> dict:
     return splits
 
 
-def measure(model: str, args, done: dict | None = None) -> dict:
+def measure(model: str, args, done: dict | None = None, rep=None, only=MEASUREMENTS) -> dict:
     """POS probe per layer, 1-NN WSD per layer, layer-0 word similarity, NER and SST-2 probes per layer,
-    each with its CPU and wall time; a measurement already in ``done`` is kept, not repeated."""
+    each with its CPU and wall time; a measurement already in ``done`` is kept, not repeated. ``rep``: a
+    representation object to measure instead of loading ``model``; ``only``: the measurements to run."""
     import torch
 
     from elmokit.data_paths import shared_data
@@ -233,11 +234,13 @@ def measure(model: str, args, done: dict | None = None) -> dict:
     )
 
     torch.set_num_threads(1)
-    rep = load_rep(model)
+    rep = load_rep(model) if rep is None else rep
     out: dict = {"representation": rep.name, "num_layers": rep.num_layers, "dim": rep.dim}
     done = done or {}
 
     def timed(name, func):
+        if name not in only:
+            return
         if name in done:
             out[name] = done[name]
             return
@@ -248,12 +251,12 @@ def measure(model: str, args, done: dict | None = None) -> dict:
         out[name] = result
         log(f"  {name}: {result['cpu_seconds']} CPU-s")
 
-    splits = ud_ewt_splits(max_sentences=args.probe_sentences)
+    splits = ud_ewt_splits(max_sentences=args.probe_sentences) if "probe" in only else {}
     timed("probe", lambda: {**probe_layers(rep, splits["train"], splits["dev"], splits["test"],
                                            weight_decays=PROBE_WEIGHT_DECAYS, max_iter=args.probe_iter),
                             "max_sentences": args.probe_sentences, "weight_decays": list(PROBE_WEIGHT_DECAYS),
                             "max_iter": args.probe_iter})
-    if args.semcor_sentences:
+    if args.semcor_sentences and "wsd" in only:
         folder = shared_data("wsd")
         test_dir = folder / "Evaluation_Datasets" / "ALL"
         first = read_first_senses(shared_data("wordnet3.0", "wordnet-3.0.tar.xz"))
@@ -263,12 +266,12 @@ def measure(model: str, args, done: dict | None = None) -> dict:
         timed("wsd", lambda: {**evaluate_wsd(rep, semcor, test, gold, first), "test_set": "ALL",
                               "semcor_sentences_used": args.semcor_sentences})
     timed("similarity", lambda: evaluate(rep, datasets=SIMILARITY, analogies=[], layer=0))
-    ner = conll_splits(args.probe_sentences) if "ner_probe" not in done else None
+    ner = conll_splits(args.probe_sentences) if "ner_probe" not in done and "ner_probe" in only else None
     if ner is not None:
         timed("ner_probe", lambda: {**ner_probe_layers(rep, ner["train"], ner["dev"], ner["test"],
                                                        weight_decays=PROBE_WEIGHT_DECAYS, max_iter=args.probe_iter),
                                     "data": "conll2003", "max_sentences": args.probe_sentences})
-    elif "ner_probe" in done:
+    elif "ner_probe" in done and "ner_probe" in only:
         out["ner_probe"] = done["ner_probe"]
     timed("sst_probe", lambda: {**sentence_probe_layers(rep, *sst2_splits(args.sst_sentences).values(),
                                                         weight_decays=PROBE_WEIGHT_DECAYS, max_iter=args.probe_iter),

@@ -1,4 +1,4 @@
-"""ERNIE 2.0: the stage schedule's task mix counted against the paper's allocation table, each task's labels
+"""ERNIE 2.0: the stage schedule's task mix counted against hand-written allocations, each task's labels
 on hand-made documents, the permutation classes against itertools' enumeration, the task embedding against
 the segment table it folds into, exact resume, and a tiny `elmokit pretrain --objective ernie2` run."""
 
@@ -34,9 +34,10 @@ def _counts(schedule, start, stop):
     return Counter(schedule.task(k) for k in range(start, stop))
 
 
-def test_continual_stages_follow_the_papers_allocation_by_counting():
-    # the paper's comparison of learning methods: 4 tasks, 50k iterations each, 200k in all:
-    # km 20k 10k 10k 10k; cap 30k 10k 10k; tdr 40k 10k; reorder 50k (here in units of 1k)
+def test_continual_stages_give_every_task_n_iterations_by_counting():
+    # the paper's rule: every task N iterations, spread over the stages from its introduction on; the split
+    # is ours (r = N // (S + 1) per later stage), written out by hand: 4 tasks, N = 50:
+    # km 20 10 10 10; cap 30 10 10; tdr 40 10; reorder 50
     schedule = E.ContinualSchedule(4, 50)
     stages = [(0, 20, {0: 20}), (20, 60, {0: 10, 1: 30}), (60, 120, {0: 10, 1: 10, 2: 40}),
               (120, 200, {0: 10, 1: 10, 2: 10, 3: 50})]

@@ -441,8 +441,13 @@ def test_residual_k_encoder_without_entities_is_the_bert_model_itself():
     ids = torch.tensor([[2, 7, 8, 9, 3], [2, 10, 3, 0, 0]])
     attention = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     ours = encoder(model, ids, attention, torch.full_like(ids, -1))
-    theirs = model.bert(input_ids=ids, attention_mask=attention)[0]
+    out = model.bert(input_ids=ids, attention_mask=attention, output_hidden_states=True)
+    theirs = out[0]
     torch.testing.assert_close(ours[attention.bool()], theirs[attention.bool()], rtol=1e-5, atol=1e-6)
+    every = encoder(model, ids, attention, torch.full_like(ids, -1), all_layers=True)  # embeddings + each layer
+    assert len(every) == len(out.hidden_states) == 3 and torch.equal(every[-1], ours)
+    for mine, library in zip(every, out.hidden_states):
+        torch.testing.assert_close(mine[attention.bool()], library[attention.bool()], rtol=1e-5, atol=1e-6)
     entities = torch.tensor([[-1, 0, -1, 2, -1], [-1, 1, -1, -1, -1]])
     assert not torch.allclose(encoder(model, ids, attention, entities), ours)  # entities do change the tokens
 

@@ -36,12 +36,13 @@ folded into every row of the segment table (each position adds exactly one segme
 model computes what the run computed for that task).
 
 Schedule (``ContinualSchedule``, §Continual Multi-task Learning): tasks come in stages, stage s adding
-task s and training it together with the earlier ones; "allocating each task N training iterations",
-assigned to stages. The allocation is the paper's comparison of learning methods (each task 50k
-iterations, 200k in all over 4 stages: the first task 20k, 10k, 10k, 10k; the second 30k, 10k, 10k; the
-third 40k, 10k; the fourth 50k), generalised: with S tasks, r = N // (S + 1) iterations of every earlier
-task in each later stage, and a task's first stage takes the rest of its N. ``multitask`` (the ablation,
-the paper's "multi-task learning") trains every task from the start: one stage, N each. Within a stage the
+task s and training it together with the earlier ones; the paper's rule is "allocating each task N training
+iterations", which "the framework needs to automatically assign ... to different stages of training". How
+the N are split across stages is not given in the source text at hand, so the split is ours: with S tasks,
+r = N // (S + 1) iterations of every earlier task in each later stage, and a task's first stage takes the
+rest of its N (4 tasks, N = 50: the first task 20, 10, 10, 10; the second 30, 10, 10; the third 40, 10; the
+fourth 50). ``multitask`` (the ablation, the paper's "multi-task learning") trains every task from the
+start: one stage, N each. Within a stage the
 tasks' iterations are interleaved evenly (``interleave``), one task per iteration (batch). Beyond the
 plan, the last stage's interleave repeats. The schedule is a function of the batch index alone;
 ``Ernie2Objective.batches_done`` is checkpointed (``state_dict``).
@@ -120,7 +121,7 @@ class ContinualSchedule:
 
     @property
     def refresh(self) -> int:
-        """r: iterations of each earlier task in every later stage (the paper's 10k of 50k with 4 tasks)."""
+        """r: iterations of each earlier task in every later stage (our split; the paper gives only N per task)."""
         return self.iterations // (self.n_tasks + 1)
 
     def allocation(self) -> list[list[int]]:

@@ -323,23 +323,29 @@ class KnowledgeableEncoder(nn.Module):
         self.dea = nn.Linear(hidden, D)  # eq. 7's linear(w^o)
 
     def forward(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                entity_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T, H) the last token layer. entity_ids: (B, T) entity index or -1."""
+                entity_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
+        """(B, T, H) the last token layer; with ``all_layers`` the list of the embedding output and every
+        layer's token output (as HF's ``hidden_states``), for reading the trained encoder with its entities.
+        entity_ids: (B, T) entity index or -1."""
         bert = model.base_model
         layers = bert.encoder.layer
         if not 0 <= self.k_layers <= len(layers):
             raise ValueError(f"{self.k_layers} K-Encoder layers in a {len(layers)}-layer model")
         w = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)  # (B, T, H)
+        hidden = [w]
         mask = (1.0 - attention_mask[:, None, None, :].to(w.dtype)) * torch.finfo(w.dtype).min  # (B, 1, 1, T)
         n_t = len(layers) - self.k_layers
         for layer in layers[:n_t]:  # T-Encoder
             w = layer(w, attention_mask=mask)
             w = w[0] if isinstance(w, tuple) else w
+            hidden.append(w)
         has_entity = entity_ids >= 0
         e = self.entity_table[entity_ids.clamp(min=0)] * has_entity[..., None]  # (B, T, D)
         for layer, fusion in zip(layers[n_t:], self.fusions):  # K-Encoder
             w, e = fusion(layer, w, e, has_entity, mask)
-        return w
+            hidden.append(w)
+        return hidden if all_layers else w
 
 
 def dea_loss(encoder: KnowledgeableEncoder, hidden: torch.Tensor, entity_labels: torch.Tensor,
