@@ -30,7 +30,8 @@ show (WSD, supersense) only. ``--glue`` adds `elmokit eval glue` (feature recipe
 for the encoders whose ``model/`` is the trained function (not ERNIE-THU's, whose entity side is outside it).
 
 Seeds: every row for each seed of ``--seeds`` (the same for all rows). The noise floor of a metric is the
-largest seed-to-seed spread any trained row shows on it; a claim holds when the mean margin is at least that
+family study's measured one (twice the standard error of a difference of two rows' seed means, from the seed
+variance pooled over the rows); a claim holds when the mean margin is at least that
 and every seed agrees in sign. The report compares numbers only; nothing is tuned to the papers' results.
 """
 
@@ -431,13 +432,11 @@ def load(results: Path, seeds: list[int], rows) -> dict[str, dict[int, dict]]:
 
 
 def noise_floor(records: dict[str, dict[int, dict]], metric: str) -> float | None:
-    """The largest spread (max - min over the seeds) of any row on this metric."""
-    spreads = []
-    for by_seed in records.values():
-        values = [v for v in (best(r, metric) for r in by_seed.values()) if v is not None]
-        if len(values) > 1:
-            spreads.append(max(values) - min(values))
-    return max(spreads) if spreads else None
+    """The family study's measured floor on this metric: twice the standard error of a difference between two
+    rows' seed means, from the seed variance pooled over the rows (family_study.pooled_noise_floor)."""
+    floor = fs.pooled_noise_floor([[v for v in (best(r, metric) for _, r in sorted(by_seed.items())) if v is not None]
+                                   for by_seed in records.values()])
+    return floor[0] if floor else None
 
 
 def margins(records, a: str, b: str, metric: str) -> list[float]:
@@ -512,8 +511,9 @@ def build_section(records, seeds: list[int], args, corpus: dict | None, baseline
         lines.append("| " + " | ".join(cells) + " |")
     noise = {m: noise_floor(records, m) for m, _ in METRICS}
     lines += ["", "Cells: the mean over the seeds of the best layer, each seed's in brackets (seed order as listed); "
-              "CPU-s: each seed's CPU-seconds of training steps. Noise floor per metric (the largest seed spread of any "
-              "row): " + ", ".join(f"{label} {fmt(noise[m], 1)}" for m, label in METRICS) + "."]
+              "CPU-s: each seed's CPU-seconds of training steps. Noise floor per metric (measured as in the family "
+              "study: twice the standard error of a difference of two rows' seed means, from the seed variance "
+              "pooled over the rows): " + ", ".join(f"{label} {fmt(noise[m], 1)}" for m, label in METRICS) + "."]
     if baselines:
         lines += ["", f"Supersense baselines on the same test nouns: majority class ({baselines['majority_class']}) "
                   f"{baselines['majority']:.1f}; each word's most frequent class in train {baselines['train_word_mfs']:.1f}; "
@@ -607,7 +607,7 @@ def collect_glue(work: Path, results: Path, seeds: list[int]) -> None:
 
 def glue_lines(results: Path, seeds: list[int]) -> list[str]:
     """The GLUE-style table (feature recipe) of the pretrained encoders, seeds side by side, and the margins of
-    the ERNIE 2.0 claims on its average against the largest seed spread."""
+    the ERNIE 2.0 claims on its average against its measured noise floor."""
     found = {row: {s: json.loads(p.read_text()) for s in seeds
                    if (p := results / "glue" / f"seed{s}" / f"{row}.json").exists()} for row in GLUE_ROWS}
     found = {k: v for k, v in found.items() if v}
@@ -638,11 +638,11 @@ def glue_lines(results: Path, seeds: list[int]) -> list[str]:
             cells.append(f"{sum(values) / len(values):.1f}" + (f" ({' / '.join(f'{v:.1f}' for v in values)})"
                                                                 if len(values) > 1 else ""))
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
-    spreads = [max(v) - min(v) for by_seed in table.values() if len(by_seed) > 1
-               for v in [[x["avg"] for x in by_seed.values()]]]
-    if spreads:
-        noise = max(spreads)
-        lines += ["", f"Noise floor of the average (the largest seed spread of a row): {noise:.1f}."]
+    floor = fs.pooled_noise_floor([[by_seed[s]["avg"] for s in sorted(by_seed)] for by_seed in table.values()])
+    if floor:
+        noise = floor[0]
+        lines += ["", f"Noise floor of the average (measured as in the family study, from the rows' seed spread): "
+                      f"{noise:.1f}."]
         for a, b in (("ernie2", "ernie"), ("ernie", "bert"), ("ernie2", "bert"), ("ernie2", "ernie2-multitask")):
             if a in table and b in table:
                 m = [table[a][s]["avg"] - table[b][s]["avg"] for s in sorted(set(table[a]) & set(table[b]))]
@@ -772,6 +772,8 @@ def main(argv=None) -> int:
                 record["synset_type_probe"] = synset_type_probe(transe_dir)
                 path.write_text(json.dumps(record, indent=1) + "\n")
     corpus = json.loads(corpus_path.read_text()) if corpus_path.exists() else None
+    if corpus is None and (results / "study.json").exists():  # redrawing from the records alone
+        corpus = json.loads((results / "study.json").read_text()).get("corpus")
     baselines = json.loads(baselines_path.read_text()) if baselines_path.exists() else None
     collect_glue(work, results, seeds)
     section = build_section(load(results, seeds, ROWS), seeds, args, corpus, baselines, glue_lines(results, seeds))

@@ -420,7 +420,13 @@ def measured_noise_floor(seeds: dict, curve=None) -> tuple[float, float, int] | 
     """The noise floor from the seeds themselves: twice the standard error of a difference between two models'
     means over n seeds, 2 * sqrt(2 s^2 / n), with s^2 the within-model variance of the best-layer score pooled
     over every model run with n >= 2 seeds. Returns (floor, s, n), or None with fewer than two seeds."""
-    groups = [v for v in (best_per_seed(seeds, k, curve) for k in seeds) if len(v) >= 2]
+    return pooled_noise_floor([best_per_seed(seeds, k, curve) for k in seeds])
+
+
+def pooled_noise_floor(groups: list[list[float]]) -> tuple[float, float, int] | None:
+    """2 * sqrt(2 s^2 / n) over groups of one model's per-seed scores (those with >= 2 seeds, cut to the
+    smallest such n): the rule of measured_noise_floor, for any metric. None with fewer than two seeds."""
+    groups = [v for v in groups if len(v) >= 2]
     if not groups:
         return None
     n = min(len(v) for v in groups)

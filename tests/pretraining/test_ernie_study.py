@@ -1,6 +1,6 @@
 """benchmarks/ernie_study.py: the supersense probe against representations whose answer is known (a vector that
 spells the class; a constant vector, which leaves only the training majority), its unseen-word subset counted by
-hand, and the report's noise floor (the largest seed spread), margins and verdicts on hand-made records."""
+hand, and the report's noise floor (measured from the pooled seed variance), margins and verdicts on hand-made records."""
 
 from __future__ import annotations
 
@@ -68,16 +68,19 @@ def rec(pos: float, wsd: float | None = None, ss: float | None = None) -> dict:
     return out
 
 
-def test_noise_floor_is_the_largest_seed_spread_and_claims_need_it(study):
-    records = {"a": {0: rec(70.0, 50.0), 1: rec(72.0, 50.5)},  # spreads: POS 2.0, WSD 0.5
+def test_noise_floor_is_measured_from_the_pooled_seed_variance_and_claims_need_it(study):
+    records = {"a": {0: rec(70.0, 50.0), 1: rec(72.0, 50.5)},  # seed differences: POS 2.0, WSD 0.5
                "b": {0: rec(66.0, 49.0), 1: rec(67.0, 50.0)},  # POS 1.0, WSD 1.0
                "c": {0: rec(71.5, ss=30.0)}}  # one seed: no spread
-    assert study.noise_floor(records, "pos") == 2.0 and study.noise_floor(records, "wsd") == 1.0
+    # two seeds: a row's variance is d^2 / 2; pooled POS s^2 = (2 + 0.5) / 2, WSD (0.125 + 0.5) / 2;
+    # the floor 2 * sqrt(2 s^2 / 2) = 2 s
+    assert study.noise_floor(records, "pos") == pytest.approx(2 * 1.25 ** 0.5)
+    assert study.noise_floor(records, "wsd") == pytest.approx(2 * 0.3125 ** 0.5)
     assert study.noise_floor(records, "supersense") is None
     assert study.best(records["a"][0], "pos") == 70.0 and study.best(records["c"][0], "wsd") is None
     assert study.margins(records, "a", "b", "pos") == [4.0, 5.0]
-    assert study.judged(records, "a", "b", "pos") == "+4.5 (seeds +4.0, +5.0) vs noise 2.0 → holds"
-    assert study.judged(records, "a", "b", "wsd") == "+0.8 (seeds +1.0, +0.5) vs noise 1.0 → within noise"
+    assert study.judged(records, "a", "b", "pos") == "+4.5 (seeds +4.0, +5.0) vs noise 2.2 → holds"
+    assert study.judged(records, "a", "b", "wsd") == "+0.8 (seeds +1.0, +0.5) vs noise 1.1 → within noise"
     assert study.judged(records, "a", "c", "supersense") == "not measured"
     same = {"a": {0: rec(70.0), 1: rec(71.0)}, "b": {0: rec(70.0), 1: rec(71.0)}}
     assert study.judged(same, "a", "b", "pos").endswith("no difference")
