@@ -120,10 +120,16 @@ def part(records: list[dict]) -> str:
         near_10m = sorted(o for o, t in seen.items() if t >= 8e6)
         fewer = sorted(o for o, t in seen.items() if t < 8e6)
         gains = {o: finals[o] - starts[o] for o in finals if o in starts}
+        from family_study import study_noise_floor
+
+        floor = study_noise_floor(REPO / "docs" / "results" / "family")
+        noise = (f"the study's noise floor, measured from its seeds, is ±{floor[0]:.1f} points of the best-layer POS "
+                 f"probe" if floor else "the study has one seed: no noise floor measured")
         lines += ["", f"Order at {first:g} CPU-s: {rank(starts)}; at {last:g} CPU-s: {rank(finals)}. One seed per "
-                  "point (the study's seed spread of the best-layer POS probe: median 0.6, largest 2.2 points). "
-                  f"The issue's ~10M tokens are reached (8.6-10.6M) by {', '.join(near_10m)}; "
-                  f"{', '.join(fewer)} read fewer tokens per CPU-second ("
+                  f"point ({noise}). "
+                  + (f"About 10M tokens are reached ({min(seen[o] for o in near_10m) / 1e6:.1f}-"
+                     f"{max(seen[o] for o in near_10m) / 1e6:.1f}M) by {', '.join(near_10m)}; " if near_10m else "")
+                  + f"{', '.join(fewer)} read fewer tokens per CPU-second ("
                   + ", ".join(f"{o} {seen[o] / 1e6:.1f}M" for o in fewer) + " at the last budget): a causal LM "
                   "predicts every token, MASS decodes half of each segment, XLNet's two-stream attention costs "
                   "about twice a BERT layer.",
