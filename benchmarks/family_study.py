@@ -60,6 +60,7 @@ OPTIONAL = ("gpt",)  # GPT-1 (post-LN): run with --objectives ...,gpt when the t
 CONTROL = "untrained"
 # The default ELMo's training time from its model card (about 2.6 h of one core): it is not at equal compute
 ELMO_DEFAULT_CPU_SECONDS = 9_400
+FASTER_STEP_DIR = "faster_step_seed2"  # the study after the faster step (see faster_step_lines)
 SIMILARITY = ("ws353", "ws353-sim", "ws353-rel", "simlex999", "men", "rw", "simverb3500")
 PROBE_WEIGHT_DECAYS = (0.0, 1e-4)
 # Why the preset: throughput measured before the study (2026-11-25, same machine, one thread, batch 32 x 128,
@@ -548,6 +549,7 @@ def build_section(records: list[dict], args, corpus: dict | None, figure: Path |
     if figure is not None:
         lines += [f"![per-layer probe curves]({os.path.relpath(figure, REPO / 'docs')})", ""]
     lines += claims(seeds, noise, probe0["tokens"]["test"])
+    lines += faster_step_lines(seeds, Path(args.out_dir) / FASTER_STEP_DIR)
     lines += ["", "Commands (each run's own, also in its run folder and JSON):", ""]
     lines += [f"- `{r['pretraining']['command']}`" for r in trained]
     not_run = [o for o in (*OBJECTIVES, *OPTIONAL) if o not in by_name]
@@ -586,6 +588,37 @@ def run_seed(record: dict) -> str:
     """The --seed of a record's pretraining command ("?" without one)."""
     words = record.get("pretraining", {}).get("command", "").split()
     return words[words.index("--seed") + 1] if "--seed" in words[:-1] else "?"
+
+
+def faster_step_lines(seeds: dict[str, list[dict]], folder: Path) -> list[str]:
+    """The same budget run again after the pretraining step got faster (one more seed, the same command): how far
+    the tokens seen in 100 CPU-seconds and the best-layer POS probe moved, against the equal-compute seeds' mean.
+    Not a replicate (the code differs), so it is kept out of the seed table and the noise floor."""
+    later = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json")) if p.stem != "study"}
+    later = {k: v for k, v in later.items() if "pretraining" in v and k in seeds and k != CONTROL}
+    if not later:
+        return []
+    floor = measured_noise_floor(seeds)
+    out = ["", "### The same budget at the faster step", "",
+           f"The study re-run with seed {run_seed(next(iter(later.values())))} after the pretraining step got faster "
+           "(linear layers through oneDNN, the fused head's buffer reused; docs/benchmarks.md), the same command "
+           f"otherwise (records in `{os.path.relpath(folder, REPO)}/`). The code differs, so these runs are not "
+           "seeds of the study above: they show what the faster step buys in the same 100 CPU-seconds. One seed; "
+           + (f"a move under the study's noise floor (±{floor[0]:.1f}) is within noise. " if floor else "")
+           + "The study's seeds ran on " + ", ".join(sorted({r.get("date", "?") for v in seeds.values() for r in v
+                                                          if "pretraining" in r}))
+           + " on this project's 2-core VM of the day, whose CPU model their records do not name, so part of the "
+           "speed-up may be the machine's.", "",
+           "| model | tokens seen, study seeds (mean) | tokens seen, faster step | ratio | POS best layer, study seeds (mean) "
+           "| POS best layer, faster step | move |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, record in later.items():
+        tokens = mean([r["pretraining"]["tokens"] for r in seeds[name]])
+        before, after = mean(best_per_seed(seeds, name)), max(probe_curve(record))
+        out.append(f"| {name} | {tokens:,.0f} | {record['pretraining']['tokens']:,} | "
+                   f"{record['pretraining']['tokens'] / tokens:.2f}x | {before:.1f} | {after:.1f} | {after - before:+.1f} |")
+    out += ["", "Command (its records were then moved here from `--out-dir`, so that they are not read as a seed): "
+            + f"`{json.loads((folder / 'study.json').read_text())['command']}`" if (folder / "study.json").exists() else ""]
+    return out
 
 
 def seed_table(seeds: dict[str, list[dict]], commands: list[str] = ()) -> list[str]:

@@ -71,3 +71,21 @@ def test_the_noise_floor_is_measured_from_the_seed_spread(study, tmp_path):
         (tmp_path / "seed1" / f"{name}.json").write_text(json.dumps(seeds[name][1]))
     (tmp_path / "distill.json").write_text(json.dumps({"teacher": {}}))
     assert study.study_noise_floor(tmp_path) == pytest.approx((floor, s, n))
+
+
+def test_the_faster_step_rows_compare_tokens_and_probe_with_the_seed_mean(study, tmp_path):
+    def run(name, pos, tokens, seed):
+        r = record(name, pos, seed)
+        r["pretraining"]["tokens"] = tokens
+        return r
+
+    seeds = {"a": [run("a", [60.0, 66.0], 100, 0), run("a", [61.0, 62.0], 300, 1)],
+             "untrained": [run("untrained", [50.0], 1, 0)]}
+    (tmp_path / "a.json").write_text(json.dumps(run("a", [70.0, 61.0], 800, 2)))
+    (tmp_path / "untrained.json").write_text(json.dumps(run("untrained", [50.0], 1, 2)))  # the control: no row
+    lines = study.faster_step_lines(seeds, tmp_path)
+    rows = [line for line in lines if line.startswith("| a |")]
+    # tokens: mean 200 -> 800 (4.00x); best layer: mean(66, 62) = 64.0 -> 70.0
+    assert rows == ["| a | 200 | 800 | 4.00x | 64.0 | 70.0 | +6.0 |"]
+    assert not any(line.startswith("| untrained") for line in lines)
+    assert study.faster_step_lines(seeds, tmp_path / "absent") == []
