@@ -38,4 +38,8 @@ def test_rows_from_records_with_spread_margin_and_epochs(tmp_path):
     assert "| sst5 | SST-5 (accuracy) | 51.40 | 54.70 | +3.30 | 31.00 ± 1.41 | 33.00 ± 0.00 | 2.00 ± 1.41 | -1.30 |" in text
     assert "still at their last epoch: sst5: 1 arm(s)" in text
     assert "ner_wikiann: 100 train / 20 dev / 30 test sentences, 3 min for 3 seeds" in text
+    # gains 5, 4, 6: standard error 1/sqrt(3), so 5 - 1.15 > 2.07; gains 3, 1: 2 ± 2 holds 3.3
+    assert "ner_wikiann: larger than the paper's, +5.00 ± 1.15 (twice the standard error) against +2.07" in text
+    assert "sst5: the paper's gain within the seeds' noise, +2.00 ± 2.00" in text
+    assert script.verdict([-3.0, -2.0, -4.0], 1.0).startswith("reversed")
     assert script.table1_lines(tmp_path / "none") == []
