@@ -86,7 +86,7 @@ def test_tagger_with_vectors_and_chars(freeze, tmp_path):
     config = TaggerConfig(task="ner", elmo="none", word_dim=99, hidden_dim=5, min_word_count=1, lowercase=False,
                           char_filters=7, freeze_word_vectors=freeze, word_vectors="toy.txt")
     options = TrainOptions(epochs=2, patience=2, batch_size=2, learning_rate=0.1, progress=False)
-    tagger = train_tagger(corpus, corpus, config, options=options, word_vectors=table)
+    tagger = train_tagger(corpus, corpus, config, options=options, word_table=table)
     assert tagger.config.word_dim == 6 and tagger.config.word_vectors == "toy.txt"
     batch = tagger._inputs(corpus.sentences, [0, 1], labels=corpus.labels)
     assert batch["char_ids"].shape == (2, 4, 50)
@@ -104,7 +104,7 @@ def test_classifier_with_frozen_vectors_and_chars():
     labels = ["pos", "neg", "pos", "neg"]
     table = _table(words=("great", "awful", "film"), dim=3)
     classifier, history = train_classifier((sentences, labels), (sentences, labels), use_elmo=False, epochs=3,
-                                           patience=1, word_vectors=table, freeze_word_vectors=True, char_filters=4,
+                                           patience=1, word_table=table, freeze_word_vectors=True, char_filters=4,
                                            hidden_dim=3, learning_rate=0.05)
     model, vocabulary = classifier.model, classifier.vocabulary
     assert vocabulary.words == ["<pad>", "<unk>", "great", "awful", "film"] and model.config.word_dim == 3

@@ -161,10 +161,10 @@ def run_benchmark(
     cache_dir: str | os.PathLike | None = None,
     log=None,
     max_dev_sentences: int | None = None,
-    word_vectors=None,
+    word_table=None,
 ) -> list[dict[str, Any]]:
     """Train and score a tagger per data set, with the representation and (``baseline``) without.
-    ``word_vectors`` (a ``StaticVectors``) initialises both taggers' word embedding.
+    ``word_table`` (a ``StaticVectors``) initialises both taggers' word embedding.
 
     ``max_train_sentences`` / ``max_eval_sentences`` take the first N sentences of train and of
     dev/test (quick runs; the results record it); ``max_dev_sentences`` caps dev alone (the
@@ -214,7 +214,7 @@ def run_benchmark(
                 f"({train.num_tokens} tokens), dev {len(dev)}, test {len(test)}")
             started = time.perf_counter()
             tagger = train_tagger(train, dev, config, representation=rep, options=options,
-                                  cache_dir=cache_dir, word_vectors=word_vectors,
+                                  cache_dir=cache_dir, word_table=word_table,
                                   log=lambda m, name=name, mode=mode: log(f"{name} [{mode}] {m}"))
             task = "ner" if cws else dataset.task  # both score F1
             if cws:

@@ -246,14 +246,14 @@ def train_classifier(
     seed: int = 0,
     representation: dict | None = None,
     log=None,
-    word_vectors=None,
+    word_table=None,
     patience: int | None = None,
     **model_options,
 ) -> tuple[Classifier, list[dict]]:
     """Adam on cross-entropy + the mix penalty; the epoch with the best dev accuracy is kept.
 
     ``train``/``dev``: (sentences, label names); ``*_features``: ``.batch(indices)`` sources
-    (a ``FeatureCache``) aligned with the sentences, needed when ``use_elmo``. ``word_vectors`` (a
+    (a ``FeatureCache``) aligned with the sentences, needed when ``use_elmo``. ``word_table`` (a
     ``StaticVectors``) initialises x_k (``elmokit.tasks.word_input``; case kept, a word missing from the
     table takes its lowercased form's row); ``patience``: stop after this many epochs without a better
     dev accuracy (None: run all ``epochs``). Returns the
@@ -264,20 +264,20 @@ def train_classifier(
     labels = sorted(set(train[1]))
     label_index = {y: i for i, y in enumerate(labels)}
     vocabulary = WordVocabulary.from_sentences(train[0])
-    if word_vectors is not None:
+    if word_table is not None:
         freeze = model_options.get("freeze_word_vectors", False)
-        vocabulary = WordVocabulary(extend_vocabulary(vocabulary.words, word_vectors, lowercase=False, freeze=freeze))
-        model_options = {**model_options, "word_dim": word_vectors.dim,
-                         "word_vectors": model_options.get("word_vectors") or word_vectors.name}
+        vocabulary = WordVocabulary(extend_vocabulary(vocabulary.words, word_table, lowercase=False, freeze=freeze))
+        model_options = {**model_options, "word_dim": word_table.dim,
+                         "word_vectors": model_options.get("word_vectors") or word_table.name}
     config = ClassifierConfig(num_labels=len(labels), vocab_size=len(vocabulary.words), use_elmo=use_elmo,
                               elmo_layers=elmo_layers if use_elmo else 0, elmo_dim=elmo_dim if use_elmo else 0,
                               representation=dict(representation or {}) if use_elmo else {}, **model_options)
     classifier = Classifier(SentenceClassifier(config), vocabulary, labels)
     model = classifier.model
-    if word_vectors is not None:
-        found = initialise_embedding(model.word_embedding, vocabulary.words, word_vectors, lowercase=False,
+    if word_table is not None:
+        found = initialise_embedding(model.word_embedding, vocabulary.words, word_table, lowercase=False,
                                      freeze=config.freeze_word_vectors, seed=seed)
-        (log or logger.debug)(f"word embedding: {found} of {len(vocabulary.words) - 2} rows from {word_vectors.name}")
+        (log or logger.debug)(f"word embedding: {found} of {len(vocabulary.words) - 2} rows from {word_table.name}")
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
     targets = torch.tensor([label_index[y] for y in train[1]], dtype=torch.long)
     sentences = train[0]

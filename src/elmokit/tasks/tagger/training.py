@@ -79,21 +79,21 @@ def train_tagger(
     options: TrainOptions | None = None,
     cache_dir: str | os.PathLike | None = None,
     log=None,
-    word_vectors=None,
+    word_table=None,
 ) -> SequenceTagger:
     """Train on ``train``, keep the epoch with the best dev score (accuracy for POS, span F1 for
     NER), stop after ``patience`` epochs without improvement. Returns the best tagger with
     ``history`` (one dict per epoch). Frozen features are cached under ``cache_dir`` (default: a
-    temporary folder removed afterwards). ``word_vectors`` (a ``StaticVectors``) initialises the word
+    temporary folder removed afterwards). ``word_table`` (a ``StaticVectors``) initialises the word
     embedding (``elmokit.tasks.word_input``; ``config.word_dim`` becomes the table's dimension)."""
     with contextlib.ExitStack() as stack:
         if cache_dir is None:
             cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="elmokit-tag-features-"))
         return _fit(train, dev, config, representation, options or TrainOptions(), cache_dir, log or logger.info,
-                    word_vectors)
+                    word_table)
 
 
-def _fit(train, dev, config, representation, options, cache_dir, log, word_vectors=None) -> SequenceTagger:
+def _fit(train, dev, config, representation, options, cache_dir, log, word_table=None) -> SequenceTagger:
     seed_everything(options.seed)
     rng = random.Random(options.seed)
     if config.elmo != "none" and representation is None:
@@ -106,17 +106,17 @@ def _fit(train, dev, config, representation, options, cache_dir, log, word_vecto
             raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     labels = tagging_labels(train, dev, config.scheme, log)
     words = build_words(train.sentences, config.lowercase, config.min_word_count)
-    if word_vectors is not None:
-        config = dataclasses.replace(config, word_dim=word_vectors.dim, word_vectors=config.word_vectors or word_vectors.name)
-        words = extend_vocabulary(words, word_vectors, lowercase=config.lowercase, freeze=config.freeze_word_vectors)
+    if word_table is not None:
+        config = dataclasses.replace(config, word_dim=word_table.dim, word_vectors=config.word_vectors or word_table.name)
+        words = extend_vocabulary(words, word_table, lowercase=config.lowercase, freeze=config.freeze_word_vectors)
     elif config.word_vectors:
-        raise UserError(f"the config names word vectors {config.word_vectors!r}; pass the table (word_vectors=...)")
+        raise UserError(f"the config names word vectors {config.word_vectors!r}; pass the table (word_table=...)")
     tagger = SequenceTagger(config, words, labels, representation=representation)
     model = tagger.model
-    if word_vectors is not None:
-        found = initialise_embedding(model.word_embedding, words, word_vectors, lowercase=config.lowercase,
+    if word_table is not None:
+        found = initialise_embedding(model.word_embedding, words, word_table, lowercase=config.lowercase,
                                      freeze=config.freeze_word_vectors, seed=options.seed)
-        log(f"word embedding: {found} of {len(words) - 2} rows from {word_vectors.name} "
+        log(f"word embedding: {found} of {len(words) - 2} rows from {word_table.name} "
             f"({'frozen' if config.freeze_word_vectors else 'fine-tuned'})")
 
     train_features = dev_features = None
