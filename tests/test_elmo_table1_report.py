@@ -41,5 +41,6 @@ def test_rows_from_records_with_spread_margin_and_epochs(tmp_path):
     # gains 5, 4, 6: standard error 1/sqrt(3), so 5 - 1.15 > 2.07; gains 3, 1: 2 ± 2 holds 3.3
     assert "ner_wikiann: larger than the paper's, +5.00 ± 1.15 (twice the standard error) against +2.07" in text
     assert "sst5: the paper's gain within the seeds' noise, +2.00 ± 2.00" in text
+    assert "Not measured this way: SNLI (accuracy) (88.0 → 88.7); SQuAD (F1) (81.1 → 85.8)." in text
     assert script.verdict([-3.0, -2.0, -4.0], 1.0).startswith("reversed")
     assert script.table1_lines(tmp_path / "none") == []
