@@ -207,7 +207,8 @@ def table1_lines(out_dir: Path = OUT, weak_gains: dict[str, float] | None = None
                      f"| {f'{weak_gains[task]:+.2f}' if task in weak_gains else '—'} "
                      f"| {', '.join(map(str, s['seeds']))} | {epochs} |")
         notes.append(f"{task}: {_data_note(records[0])}, {sum(r['wall_seconds'] for r in records) / 60:.0f} min for "
-                     f"{len(records)} seed{'s' if len(records) > 1 else ''} ({records[0]['machine']}, {max(r['date'] for r in records)})")
+                     f"{len(records)} seed{'s' if len(records) > 1 else ''} "
+                     f"({records[0]['machine']}, {max(r['date'] for r in records)})")
         commands.append(f"`{records[0]['command']}` (seed {records[0]['seed']}; the others differ in `--seed` and `--out`)")
         verdicts.append(f"{task}: {verdict(s['gain'], paper_gain)}")
         if s["at_last_epoch"]:
