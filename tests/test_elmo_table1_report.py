@@ -33,9 +33,10 @@ def test_rows_from_records_with_spread_margin_and_epochs(tmp_path):
     text = "\n".join(script.table1_lines(tmp_path, {"ner_wikiann": 12.1}))
     # NER: baseline 61 ± 1, ELMo 66 ± 1, gains 5, 4, 6 -> 5 ± 1; the paper's gain 92.22 - 90.15 = 2.07
     assert ("| ner_wikiann | NER, CoNLL-2003 (span F1) | 90.15 | 92.22 | +2.07 | 61.00 ± 1.00 | 66.00 ± 1.00 "
-            "| +5.00 ± 1.00 | +2.93 | +12.10 | 0, 1, 2 | s0: 3/7; 5/9; s1: 3/7; 5/9; s2: 3/7; 5/9 |") in text
+            "| +5.00 ± 1.00 | +2.93 | 12.8%; 21.0% | +12.10 | 0, 1, 2 | s0: 3/7; 5/9; s1: 3/7; 5/9; s2: 3/7; 5/9 |") in text
     # SST-5: gains 3 and 1 -> 2 ± 1.41; the paper's 3.3; seed 1's ELMo arm ended on its last epoch
-    assert "| sst5 | SST-5 (accuracy) | 51.40 | 54.70 | +3.30 | 31.00 ± 1.41 | 33.00 ± 0.00 | +2.00 ± 1.41 | -1.30 | — |" in text
+    assert ("| sst5 | SST-5 (accuracy) | 51.40 | 54.70 | +3.30 | 31.00 ± 1.41 | 33.00 ± 0.00 | +2.00 ± 1.41 | -1.30 "
+            "| 2.9%; 6.8% | — |") in text
     assert "still at their last epoch: sst5: 1 arm(s)" in text
     assert "ner_wikiann: 100 train / 20 dev / 30 test sentences, 3 min for 3 seeds" in text
     # gains 5, 4, 6: standard error 1/sqrt(3), so 5 - 1.15 > 2.07; gains 3, 1: 2 ± 2 holds 3.3
