@@ -194,8 +194,8 @@ def table1_lines(out_dir: Path = OUT, weak_gains: dict[str, float] | None = None
              "9.4M of its 38.3M tokens, 25%; 100-d, case kept, words seen 5 times or more, 38,952 words; 7.7 min on "
              "one thread; fine-tuned in the tagger as Lample et al. did, "
              "fixed in the classifier as the BCN kept GloVe) beside a character CNN (Ma and Hovy's sizes: 30 filters "
-             "of width 3 over 30-d character embeddings; max-pooled, then tanh), and the +ELMo arm is the same model with the learned scalar mix of the "
-             "default model's layers added. Every arm trains until dev stops improving (patience 4, a 40-epoch "
+             "of width 3 over 30-d character embeddings; max-pooled, then tanh), and the +ELMo arm is the same "
+             "model with the learned scalar mix of the default model's layers added. Every arm trains until dev stops improving (patience 4, a 40-epoch "
              "ceiling), seeds paired (the same seed for both arms). Test scores: mean ± standard deviation over "
              "the seeds; the gain is the mean of the per-seed differences. The paper's columns are its Table 1 "
              "(test; NER is CoNLL-2003, SST-5 the BCN).", "",
