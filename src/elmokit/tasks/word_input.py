@@ -4,7 +4,8 @@ The baselines of Peters et al. (2018, Table 1) fed their task models ``x_k = [w_
 
 * ``w_k`` a word embedding initialised from pretrained vectors (GloVe or SENNA): fine-tuned with the
   task in Lample et al.'s (2016) tagger, fixed in the BCN for SST (McCann et al. 2017). Both are
-  offered: ``freeze=False`` trains every row, ``freeze=True`` keeps the table fixed (the vocabulary is then the table's words alone, unknown words share a zero row).
+  offered: ``freeze=False`` trains every row, ``freeze=True`` keeps the table fixed (the vocabulary
+  is then the table's words alone, unknown words share a zero row).
 * ``c_k`` a character CNN with max-pooling over positions (Ma and Hovy 2016; the paper's NER
   baseline, TagLM, also reads characters): characters embedded, one convolution of width ``w`` with
   ``n`` filters, max over the token's windows, then tanh (our choice of nonlinearity). It is ``elmokit.nn.char_encoder``'s
