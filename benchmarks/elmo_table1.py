@@ -197,7 +197,8 @@ def table1_lines(out_dir: Path = OUT, weak_gains: dict[str, float] | None = None
              "of width 3 over 30-d character embeddings; max-pooled, then tanh), and the +ELMo arm is the same "
              "model with the learned scalar mix of the default model's layers added. Every arm trains until dev "
              "stops improving (patience 4, a 40-epoch ceiling), seeds paired (the same seed for both arms). "
-             "Test scores: mean ± standard deviation over the seeds; the gain is the mean of the per-seed differences. The paper's columns are its Table 1 "
+             "Test scores: mean ± standard deviation over the seeds; the gain is the mean of the per-seed "
+             "differences. The paper's columns are its Table 1 "
              "(test; NER is CoNLL-2003, SST-5 the BCN).", "",
              "| task (ours) | paper's task | paper baseline | paper +ELMo | paper gain | our baseline | our +ELMo "
              "| our gain | margin (our gain − paper's) | relative error reduction (ours; paper's) "
