@@ -44,5 +44,7 @@ def test_rows_from_records_with_spread_margin_and_epochs(tmp_path):
     assert "sst5: the paper's gain within the seeds' noise, +2.00 ± 2.00" in text
     assert "Not measured this way: SNLI (accuracy) (88.0 → 88.7): the pair model" in text
     assert "one seed: no spread" in script.verdict([2.0], 1.0)
+    assert "Where ours is larger, the scale is why" in text and "Where ours is smaller" not in text
+    assert "smaller than the paper's, and not told from no gain at all" in script.verdict([-1.0, 1.0, 0.0], 3.0)
     assert script.verdict([-3.0, -2.0, -4.0], 1.0).startswith("reversed")
     assert script.table1_lines(tmp_path / "none") == []
