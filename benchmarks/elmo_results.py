@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from elmo_table1 import table1_lines  # noqa: E402  (the Table 1 study's section, from its own records)
+from elmo_table1 import strong_gains, table1_lines  # noqa: E402  (the Table 1 study's section, from its own records)
 
 SHARED = Path(os.environ.get("ELMOKIT_SHARED", REPO.parent / "shared"))
 BEGIN, END = (
@@ -287,8 +287,10 @@ def claims(downstream, probe, wsd, out_dir: Path) -> list[str]:
     gains = [(task, elmo - base) for task, _, base, elmo, _, _ in downstream if base is not None and elmo is not None]
     if gains:
         held = [f"{t} {g:+.1f}" for t, g in gains]
+        strong = strong_gains(out_dir / "table1")
         lines.append(f"1. **ELMo improves the task model:** {'yes' if all(g > 0 for _, g in gains) else 'not everywhere'} "
-                     f"({', '.join(held)}).")
+                     f"over the weak baseline ({', '.join(held)})"
+                     + (f"; over the strong baseline of the Table 1 study: {', '.join(strong)}." if strong else "."))
     mix, top = (next((r[2] for r in task_rows(x) if r[2] is not None), None) if x else None
                 for x in (load(out_dir, "pos"), load(out_dir, "pos_top")))
     if mix is not None and top is not None:

@@ -131,6 +131,16 @@ def summary(records: list[dict]) -> dict:
     }
 
 
+def strong_gains(out_dir: Path = OUT) -> list[str]:
+    """"task +gain ± sd (n seeds)" per task with records: the gains over the strong baseline, for a summary."""
+    out = []
+    for task, records in load_records(out_dir).items():
+        s = summary(records)
+        if s["gain"]:
+            out.append(f"{task} {spread(s['gain'], '+')} ({len(s['gain'])} seed{'s' if len(s['gain']) > 1 else ''})")
+    return out
+
+
 def _data_note(record: dict) -> str:
     for run_ in record.get("results", []):
         return f"{run_['train_sentences']:,} train / {run_['dev_sentences']:,} dev / {run_['test_sentences']:,} test sentences"
