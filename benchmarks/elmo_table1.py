@@ -184,8 +184,7 @@ def verdict(gains: list[float], paper_gain: float) -> str:
     all), or the paper's within twice the standard error of the seeds' mean gain."""
     mean = statistics.fmean(gains)
     if len(gains) < 2:
-        side = "below" if mean < paper_gain else "above"
-        return f"{side} the paper's, {mean:+.2f} against {paper_gain:+.2f}, one seed: no spread to judge the difference by"
+        return f"{mean:+.2f} against {paper_gain:+.2f}, one seed: no spread to judge the difference by"
     error = statistics.stdev(gains) / len(gains) ** 0.5
     where = f"{mean:+.2f} ± {2 * error:.2f} (twice the standard error) against {paper_gain:+.2f}"
     if mean + 2 * error < 0:
@@ -251,8 +250,8 @@ def table1_lines(out_dir: Path = OUT, weak_gains: dict[str, float] | None = None
               f"The vectors: `{VECTORS_COMMAND}`.", "",
               "Against the paper's gain: " + "; ".join(verdicts) + ". "
               + " ".join(text for kind, text in WHY.items()
-                         if any(k in v for v in verdicts for k in {"smaller": ("smaller", "reversed", "below"),
-                                                                   "larger": ("larger", "above")}[kind]))
+                         if any(k in v for v in verdicts for k in {"smaller": ("smaller", "reversed"),
+                                                                   "larger": ("larger",)}[kind]))
               + (" " + NER_NOTE if any(task.startswith("ner") for task in tasks) else ""), ""]
     measured = {TASKS[task][0] for task in tasks}
     missing = [f"{row['task']} ({row['baseline']} → {row['elmo']}): {NOT_MEASURED.get(key, 'no record yet')}"
