@@ -52,7 +52,8 @@ def add_task_file_arguments(parser: argparse.ArgumentParser, *, dev: str, test: 
 
 
 # The flags that name what a command reads: its output may not be, hold or lie inside any of them.
-INPUT_FLAGS = ("train", "dev", "test", "model", "options_file", "weight_file", "vectors", "cache_dir", "corpus", "index")
+INPUT_FLAGS = ("train", "dev", "test", "model", "options_file", "weight_file", "vectors", "cache_dir", "corpus", "index",
+               "word_vectors")
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
@@ -70,6 +71,33 @@ def check_out(args: argparse.Namespace, command: str) -> list[str]:
     inputs = input_paths(args)
     check_output(args.out, command=command, inputs=inputs)
     return inputs
+
+
+def add_word_input_arguments(group) -> None:
+    """The strong baseline's token input (``elmokit.tasks.word_input``): pretrained vectors and a character CNN."""
+    group.add_argument("--word-vectors", default=None, metavar="DIR|FILE",
+                       help="initialise the word embedding from this table (run folder of `elmokit static train` or a "
+                       "word2vec/GloVe file); its dimension replaces --word-dim, its words join the vocabulary")
+    group.add_argument("--freeze-word-vectors", action="store_true",
+                       help="keep the pretrained rows fixed (vocabulary: the table's words only; default: fine-tuned)")
+    group.add_argument("--char-filters", type=non_negative_int, default=0,
+                       help="character CNN filters beside the word embedding, max-pooled (default: 0, none)")
+    group.add_argument("--char-width", type=positive_int, default=3, help="character CNN filter width (default: %(default)s)")
+    group.add_argument("--char-dim", type=positive_int, default=30, help="character embedding size (default: %(default)s)")
+
+
+def word_input_options(args: argparse.Namespace) -> dict:
+    return dict(word_vectors=args.word_vectors or "", freeze_word_vectors=args.freeze_word_vectors,
+                char_filters=args.char_filters, char_width=args.char_width, char_dim=args.char_dim)
+
+
+def load_word_vectors(args: argparse.Namespace):
+    """The ``--word-vectors`` table, or None (a bad file: a one-line error naming file and line)."""
+    if not getattr(args, "word_vectors", None):
+        return None
+    from elmokit.static.vectors import StaticVectors
+
+    return StaticVectors.load(args.word_vectors)
 
 
 def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +120,7 @@ def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--no-lowercase", action="store_true", help="keep the case of words for the word embedding")
     model.add_argument("--min-word-count", type=non_negative_int, default=2,
                        help="training words seen fewer times share the unknown-word vector")
+    add_word_input_arguments(model)
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=positive_int, default=None,
                        help="at most this many epochs (default: 10; --recipe finetune: 3, BERT §A.3)")
@@ -110,7 +139,8 @@ def add_tagger_arguments(parser: argparse.ArgumentParser) -> None:
 def tagger_config_changes(args: argparse.Namespace) -> dict:
     return dict(output=args.output or "crf", elmo=args.elmo, elmo_at_output=args.elmo_at_output, mix_l2=args.mix_l2,
                 fine_tune=args.fine_tune, word_dim=args.word_dim, hidden_dim=args.hidden_dim, dropout=args.dropout,
-                elmo_dropout=args.elmo_dropout, lowercase=not args.no_lowercase, min_word_count=args.min_word_count)
+                elmo_dropout=args.elmo_dropout, lowercase=not args.no_lowercase, min_word_count=args.min_word_count,
+                **word_input_options(args))
 
 
 def tagger_train_options(args: argparse.Namespace):
@@ -136,12 +166,15 @@ def add_classifier_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mix-l2", type=non_negative_float, default=0.001,
                    help="lambda of the L2 penalty on the layer weights (default: %(default)s)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--patience", type=positive_int, default=None,
+                   help="stop after this many epochs without a better dev accuracy (default: run all --epochs)")
+    add_word_input_arguments(p)
 
 
 def classifier_training_options(args: argparse.Namespace) -> dict:
     return {"epochs": args.epochs, "batch_size": args.train_batch_size, "learning_rate": 1e-3 if args.lr is None else args.lr,
             "word_dim": args.word_dim, "hidden_dim": args.hidden_dim, "dropout": args.dropout,
-            "mix_l2": args.mix_l2, "seed": args.seed}
+            "mix_l2": args.mix_l2, "seed": args.seed, "patience": args.patience, **word_input_options(args)}
 
 
 def refuse_representation_flags(args: argparse.Namespace, recipe: str, what: str, *, need_model: bool = False) -> None:

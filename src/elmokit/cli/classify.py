@@ -30,6 +30,7 @@ from elmokit.cli.arguments import (
     check_out,
     classifier_training_options,
     input_paths,
+    load_word_vectors,
 )
 from elmokit.cli.common import (
     add_threads_argument,
@@ -143,7 +144,7 @@ def run_train(args: argparse.Namespace) -> int:
         classifier, history = train_classifier(
             data["train"], data["dev"], train_features=features.get("train"), dev_features=features.get("dev"),
             use_elmo=rep is not None, elmo_layers=rep.num_layers if rep else 0, elmo_dim=rep.dim if rep else 0,
-            representation=spec, log=log, **classifier_training_options(args))
+            representation=spec, log=log, word_table=load_word_vectors(args), **classifier_training_options(args))
         print(f"dev accuracy {max(h['dev_accuracy'] for h in history):.2f}")
         if "test" in data:
             print(f"test accuracy {classifier.accuracy(*data['test'], features.get('test')):.2f}")

@@ -29,6 +29,7 @@ from elmokit.cli.arguments import (
     add_representation_arguments,
     add_tagger_arguments,
     classifier_training_options,
+    load_word_vectors,
     tagger_config_changes,
     tagger_train_options,
 )
@@ -188,6 +189,7 @@ def run_tagging(args: argparse.Namespace) -> int:
             config_changes={**tagger_config_changes(args), **({"scheme": args.scheme} if args.task == "ner" else {})},
             max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences,
             max_dev_sentences=args.max_dev_sentences, data_dir=args.data_dir, cache_dir=args.cache_dir,
+            word_table=load_word_vectors(args),
         )
     pos = "UPOS token accuracy" if "pd_pos" not in args.datasets else "token accuracy (UPOS; PKU tags on pd_pos)"
     metric = {"pos": pos, "ner": "span F1, seqeval strict mode (IOB2)", "cws": "word F1, SIGHAN bakeoff scorer rules"}[args.task]
@@ -347,8 +349,9 @@ def run_sst(args: argparse.Namespace) -> int:
         if not given or set(given) - allowed:
             raise UserError(f"{name} takes {', '.join(sorted(allowed))}")
     _check_out(args)
+    word_table = load_word_vectors(args)
     rep = _representation(args)
     result = evaluate_sst(rep, data_dir=args.data_dir, tasks=tasks, variants=variants, cache_dir=args.cache_dir,
                           max_train=args.max_train, log=logging.getLogger("elmokit.sst").info,
-                          **classifier_training_options(args))
+                          word_table=word_table, **classifier_training_options(args))
     return _report(args, result, format_sst_table(result))

@@ -28,7 +28,8 @@ FINETUNE_EPOCHS = 3  # BERT §A.3 (2, 3 or 4 recommended)
 # The feature-based tagger's flags (dest names), refused with --recipe finetune when set to anything but
 # their default: the BiLSTM-CRF's shape, the frozen features, the biLM's fine-tuning.
 FEATURE_ONLY = ("elmo", "elmo_at_output", "mix_l2", "fine_tune", "word_dim", "hidden_dim", "dropout", "elmo_dropout",
-                "no_lowercase", "min_word_count", "fine_tune_lr", "cache_dir")
+                "no_lowercase", "min_word_count", "fine_tune_lr", "cache_dir", "word_vectors", "freeze_word_vectors",
+                "char_filters", "char_width", "char_dim")
 
 
 def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from elmokit.cli.arguments import (
     add_tagger_arguments,
     add_task_file_arguments,
     check_out,
+    load_word_vectors,
     tagger_config_changes,
     tagger_train_options,
 )
@@ -99,7 +100,7 @@ def _train(args: argparse.Namespace) -> int:
         print(json.dumps({"config": config.to_dict(), "train": args.train, "train_sentences": len(train)}, indent=2),
               file=sys.stderr)
     tagger = train_tagger(train, dev, config, representation=representation, options=tagger_train_options(args),
-                          cache_dir=args.cache_dir)
+                          cache_dir=args.cache_dir, word_table=load_word_vectors(args))
     save_and_report(tagger, args, task, test)
     if tagger.mixing_weights():
         print(f"layer weights: {json.dumps(tagger.mixing_weights())}")

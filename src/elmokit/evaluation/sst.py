@@ -117,7 +117,8 @@ def sst_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 def evaluate_sst(
     rep, *, data_dir=None, tasks: Sequence[str] = ("sst5", "sst2"), variants: Sequence[str] = ("baseline", "elmo"),
-    cache_dir: str | os.PathLike | None = None, max_train: int | None = None, log=None, **train_options,
+    cache_dir: str | os.PathLike | None = None, max_train: int | None = None, log=None, word_table=None,
+    **train_options,
 ) -> dict:
     """{"tasks": {task: {variant: {"dev_accuracy", "test_accuracy", "layer_weights", "history"}}}}."""
     folder = sst_dir(data_dir)
@@ -143,11 +144,15 @@ def evaluate_sst(
                     log(f"{task} {variant}: {len(data['train'][0])} train sentences")
                 classifier, history = train_classifier(
                     data["train"], data["dev"], train_features=features["train"], dev_features=features["dev"],
-                    use_elmo=use_elmo, elmo_layers=rep.num_layers, elmo_dim=rep.dim, log=log, **train_options)
+                    use_elmo=use_elmo, elmo_layers=rep.num_layers, elmo_dim=rep.dim, log=log, word_table=word_table,
+                    **train_options)
+                best = max(range(len(history)), key=lambda e: history[e]["dev_accuracy"])  # the first best, as kept
                 results[task][variant] = {
-                    "dev_accuracy": max(h["dev_accuracy"] for h in history),
+                    "dev_accuracy": history[best]["dev_accuracy"],
+                    "best_epoch": best + 1, "epochs_run": len(history),
                     "test_accuracy": classifier.accuracy(*data["test"], features["test"]),
                     "layer_weights": classifier.model.layer_weights(),
+                    "model_config": classifier.model.config.to_dict(),  # as trained (a table sets word_dim)
                     "sizes": {split: len(d[0]) for split, d in data.items()},
                     "history": history,
                 }

@@ -161,8 +161,10 @@ def run_benchmark(
     cache_dir: str | os.PathLike | None = None,
     log=None,
     max_dev_sentences: int | None = None,
+    word_table=None,
 ) -> list[dict[str, Any]]:
     """Train and score a tagger per data set, with the representation and (``baseline``) without.
+    ``word_table`` (a ``StaticVectors``) initialises both taggers' word embedding.
 
     ``max_train_sentences`` / ``max_eval_sentences`` take the first N sentences of train and of
     dev/test (quick runs; the results record it); ``max_dev_sentences`` caps dev alone (the
@@ -212,7 +214,8 @@ def run_benchmark(
                 f"({train.num_tokens} tokens), dev {len(dev)}, test {len(test)}")
             started = time.perf_counter()
             tagger = train_tagger(train, dev, config, representation=rep, options=options,
-                                  cache_dir=cache_dir, log=lambda m, name=name, mode=mode: log(f"{name} [{mode}] {m}"))
+                                  cache_dir=cache_dir, word_table=word_table,
+                                  log=lambda m, name=name, mode=mode: log(f"{name} [{mode}] {m}"))
             task = "ner" if cws else dataset.task  # both score F1
             if cws:
                 root = Path(data_dir) if data_dir is not None else shared_data()
@@ -232,7 +235,9 @@ def run_benchmark(
                 "mixing_weights": tagger.mixing_weights(),
                 "train_sentences": len(train), "dev_sentences": len(dev), "test_sentences": len(test),
                 "seconds": round(time.perf_counter() - started, 1),
-                "config": dataclasses.asdict(config),
+                "config": dataclasses.asdict(tagger.config),
+                "history": [{k: v for k, v in h.items() if k != "dev"} | {"dev_score": main_metric(h["dev"], task)}
+                            for h in tagger.history],
                 "notes": corpora["train"].notes,
             })
     return results

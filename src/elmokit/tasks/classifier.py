@@ -12,7 +12,9 @@ E word-vector dim, H LSTM hidden size, K labels):
 trained with cross-entropy plus the paper's lambda * ||w||^2 on the mix weights (lambda = 0.001).
 ``use_elmo=False`` is the baseline without ELMo (word vectors only). Deviation, stated: the
 paper's SST model is the BCN of McCann et al. (2017) with GloVe and CoVe inputs; this is the
-simpler BiLSTM + pooling classifier, with word vectors learned from scratch.
+simpler BiLSTM + pooling classifier; x_k is learned from scratch unless pretrained vectors
+initialise it, optionally with a character CNN beside it (``elmokit.tasks.word_input``: the strong
+baseline of the paper's Table 1).
 
 Its data readers are in :mod:`elmokit.tasks.data` (labelled TSV) and :mod:`elmokit.evaluation.sst`
 (the SST trees and the benchmark).
@@ -44,6 +46,8 @@ from elmokit.errors import InputNotFound, UserError
 from elmokit.formats.checks import refuse_non_finite, refuse_non_finite_read
 from elmokit.io import output_directory
 from elmokit.nn.scalar_mix import ScalarMix
+from elmokit.tasks.word_input import char_cnn, encode_chars, extend_vocabulary, initialise_embedding
+from elmokit.text.chars import batch_to_ids
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,11 @@ class ClassifierConfig:
     elmo_layers: int = 0  # L of the representation (0 without ELMo)
     elmo_dim: int = 0  # D of the representation
     word_dim: int = 50
+    word_vectors: str = ""  # the pretrained table that initialised x_k ("": learned from scratch)
+    freeze_word_vectors: bool = False
+    char_filters: int = 0  # character CNN filters, c_k (0: none); elmokit.tasks.word_input
+    char_width: int = 3
+    char_dim: int = 30
     hidden_dim: int = 64
     dropout: float = 0.5
     mix_l2: float = 0.001  # the paper's lambda on the scalar-mix weights
@@ -92,15 +101,23 @@ class SentenceClassifier(nn.Module):
         super().__init__()
         self.config = config
         self.word_embedding = nn.Embedding(config.vocab_size, config.word_dim, padding_idx=0)
+        self.char_encoder = (char_cnn(config.char_filters, config.char_width, config.char_dim)
+                             if config.char_filters else None)
         self.scalar_mix = ScalarMix(config.elmo_layers) if config.use_elmo else None
         self.dropout = nn.Dropout(config.dropout)
-        input_dim = config.word_dim + (config.elmo_dim if config.use_elmo else 0)
+        input_dim = config.word_dim + config.char_filters + (config.elmo_dim if config.use_elmo else 0)
         self.encoder = nn.LSTM(input_dim, config.hidden_dim, batch_first=True, bidirectional=True)
         self.output = nn.Linear(4 * config.hidden_dim, config.num_labels)
 
-    def forward(self, word_ids: torch.Tensor, mask: torch.Tensor, layers: torch.Tensor | None = None) -> torch.Tensor:
-        """word_ids (B, T) int64, mask (B, T) bool, layers (B, L, T, D) frozen features -> logits (B, K)."""
+    def forward(self, word_ids: torch.Tensor, mask: torch.Tensor, layers: torch.Tensor | None = None,
+                char_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """word_ids (B, T) int64, mask (B, T) bool, layers (B, L, T, D) frozen features, char_ids (B, T, 50)
+        (with a character encoder) -> logits (B, K)."""
         inputs = self.word_embedding(word_ids)  # (B, T, E)
+        if self.char_encoder is not None:
+            if char_ids is None:
+                raise ValueError("this classifier has a character encoder: pass char_ids")
+            inputs = torch.cat([inputs, encode_chars(self.char_encoder, char_ids)], dim=-1)  # [w_k; c_k]
         if self.scalar_mix is not None:
             if layers is None:
                 raise ValueError("this classifier uses ELMo: pass the representation's layers")
@@ -175,7 +192,7 @@ class Classifier:
                     layers, feature_mask = features.batch(indices)
                     if not torch.equal(feature_mask, mask):
                         raise ValueError("the features do not line up with the sentences (token counts differ)")
-                outputs.append(self.model(word_ids, mask, layers))
+                outputs.append(self.model(word_ids, mask, layers, _char_ids(self.model, sentences, indices)))
         return torch.cat(outputs) if outputs else torch.zeros(0, len(self.labels))
 
     def accuracy(self, sentences, labels: Sequence[str], features=None) -> float:
@@ -229,12 +246,17 @@ def train_classifier(
     seed: int = 0,
     representation: dict | None = None,
     log=None,
+    word_table=None,
+    patience: int | None = None,
     **model_options,
 ) -> tuple[Classifier, list[dict]]:
     """Adam on cross-entropy + the mix penalty; the epoch with the best dev accuracy is kept.
 
     ``train``/``dev``: (sentences, label names); ``*_features``: ``.batch(indices)`` sources
-    (a ``FeatureCache``) aligned with the sentences, needed when ``use_elmo``. Returns the
+    (a ``FeatureCache``) aligned with the sentences, needed when ``use_elmo``. ``word_table`` (a
+    ``StaticVectors``) initialises x_k (``elmokit.tasks.word_input``; case kept, a word missing from the
+    table takes its lowercased form's row); ``patience``: stop after this many epochs without a better
+    dev accuracy (None: run all ``epochs``). Returns the
     classifier and per-epoch history (loss, dev accuracy, layer weights).
     """
     seed_everything(seed)
@@ -242,12 +264,21 @@ def train_classifier(
     labels = sorted(set(train[1]))
     label_index = {y: i for i, y in enumerate(labels)}
     vocabulary = WordVocabulary.from_sentences(train[0])
+    if word_table is not None:
+        freeze = model_options.get("freeze_word_vectors", False)
+        vocabulary = WordVocabulary(extend_vocabulary(vocabulary.words, word_table, lowercase=False, freeze=freeze))
+        model_options = {**model_options, "word_dim": word_table.dim,
+                         "word_vectors": model_options.get("word_vectors") or word_table.name}
     config = ClassifierConfig(num_labels=len(labels), vocab_size=len(vocabulary.words), use_elmo=use_elmo,
                               elmo_layers=elmo_layers if use_elmo else 0, elmo_dim=elmo_dim if use_elmo else 0,
                               representation=dict(representation or {}) if use_elmo else {}, **model_options)
     classifier = Classifier(SentenceClassifier(config), vocabulary, labels)
     model = classifier.model
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    if word_table is not None:
+        found = initialise_embedding(model.word_embedding, vocabulary.words, word_table, lowercase=False,
+                                     freeze=config.freeze_word_vectors, seed=seed)
+        (log or logger.debug)(f"word embedding: {found} of {len(vocabulary.words) - 2} rows from {word_table.name}")
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
     targets = torch.tensor([label_index[y] for y in train[1]], dtype=torch.long)
     sentences = train[0]
 
@@ -255,14 +286,20 @@ def train_classifier(
         word_ids = vocabulary.ids(sentences, indices)
         mask = _mask(sentences, indices, word_ids.shape[1])
         layers = train_features.batch(indices)[0] if use_elmo else None
-        return nn.functional.cross_entropy(model(word_ids, mask, layers), targets[indices]) + model.penalty(), len(indices)
+        logits = model(word_ids, mask, layers, _char_ids(model, sentences, indices))
+        return nn.functional.cross_entropy(logits, targets[indices]) + model.penalty(), len(indices)
 
     result = train_epochs(model, optimizer, batches=lambda epoch: shuffled_batches(len(sentences), batch_size, generator),
                           loss=loss, metric_name="dev_accuracy",
                           evaluate=lambda: classifier.accuracy(dev[0], dev[1], dev_features),
                           epoch_record=lambda epoch: {"layer_weights": model.layer_weights()},
-                          options=EpochOptions(max_epochs=epochs), log=log or logger.debug)
+                          options=EpochOptions(max_epochs=epochs, patience=patience), log=log or logger.debug)
     return classifier, result.history
+
+
+def _char_ids(model: SentenceClassifier, sentences, indices) -> torch.Tensor | None:
+    """(B, T, 50) character ids of the chosen sentences when the model has a character encoder."""
+    return batch_to_ids([sentences[i] for i in indices]) if model.char_encoder is not None else None
 
 
 def _mask(sentences, indices, width) -> torch.Tensor:

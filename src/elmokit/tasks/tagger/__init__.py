@@ -13,8 +13,10 @@ softmax (an option for POS). ``elmo="top"`` uses the top layer alone (the paper'
 row, no gamma), ``elmo="none"`` no representation at all (the baseline). The paper's L2
 regulariser ``lambda * ||w||^2`` on the mix weights is ``mix_l2`` (0.001).
 
-Deliberate deviations: no character CNN for x_k (the representation brings the characters), and
-the word embedding is learned from scratch rather than initialised from GloVe/Senna.
+By default x_k is a word embedding learned from scratch. The paper's baseline input is an option
+(``elmokit.tasks.word_input``): ``word_vectors`` initialises the embedding from a static table
+(fine-tuned, or frozen with ``freeze_word_vectors``) and ``char_filters`` adds a character CNN,
+``x_k = [w_k; c_k]``.
 
 The package, in the order a tagger is made and used:
 

@@ -22,6 +22,7 @@ from elmokit.errors import UserError
 from elmokit.nn.scalar_mix import ScalarMix
 from elmokit.tasks.crf import ConditionalRandomField, allowed_transitions, decode_tags, tag_loss
 from elmokit.tasks.modes import ELMO_MODES
+from elmokit.tasks.word_input import char_cnn, encode_chars
 
 FORMAT_VERSION = 1
 PAD, UNK = "<pad>", "<unk>"  # the first two words of every tagger vocabulary
@@ -67,6 +68,11 @@ class TaggerConfig:
     lowercase: bool = True
     min_word_count: int = 2
     word_dim: int = 100
+    word_vectors: str = ""  # the pretrained table that initialised the word embedding ("": learned from scratch)
+    freeze_word_vectors: bool = False  # keep those rows fixed (elmokit.tasks.word_input)
+    char_filters: int = 0  # character CNN filters (0: no character encoder)
+    char_width: int = 3
+    char_dim: int = 30
     hidden_dim: int = 200
     dropout: float = 0.5
 
@@ -81,6 +87,8 @@ class TaggerConfig:
             raise UserError("elmo_at_output and fine_tune need a representation (elmo='mix' or 'top')")
         if self.elmo == "taglm" and self.elmo_at_output:
             raise UserError("elmo='taglm' places the top layer between the two BiLSTM layers; elmo_at_output does not apply")
+        if self.char_filters and (self.char_width < 1 or self.char_dim < 1):
+            raise UserError(f"a character CNN needs char_width and char_dim >= 1, got {self.char_width}, {self.char_dim}")
         if self.elmo == "second-to-last" and self.elmo_layers < 2:
             raise UserError(f"elmo='second-to-last' needs a representation of 2 or more layers, not {self.elmo_layers}")
 
@@ -94,7 +102,7 @@ class TaggerConfig:
 
 
 class TaggerModel(nn.Module):
-    """Word embedding + ELMo mix -> BiLSTM (+ ELMo mix) -> label scores -> CRF or softmax.
+    """Word embedding (+ character CNN) + ELMo mix -> BiLSTM (+ ELMo mix) -> label scores -> CRF or softmax.
 
     With ``elmo="taglm"`` (Peters et al. 2017, eq. 5 there): word embedding -> BiLSTM ->
     ``[h_k,1; h_k^LM]`` (the LM's top layer) -> a second BiLSTM -> label scores.
@@ -104,6 +112,8 @@ class TaggerModel(nn.Module):
         super().__init__()
         self.config = config
         self.word_embedding = nn.Embedding(vocab_size, config.word_dim, padding_idx=0)
+        self.char_encoder = (char_cnn(config.char_filters, config.char_width, config.char_dim)
+                             if config.char_filters else None)
         mixed = mixed_layer_count(config.elmo, config.elmo_layers)
         self.input_mix = ScalarMix(mixed) if mixed else None
         self.output_mix = ScalarMix(mixed) if mixed and config.elmo_at_output else None
@@ -111,7 +121,7 @@ class TaggerModel(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         features = feature_dim(config.elmo, config.elmo_layers, config.elmo_dim)
         taglm = config.elmo == "taglm"
-        input_dim = config.word_dim + (0 if taglm else features)
+        input_dim = config.word_dim + config.char_filters + (0 if taglm else features)
         self.lstm = nn.LSTM(input_dim, config.hidden_dim, batch_first=True, bidirectional=True)
         self.upper_lstm = (nn.LSTM(2 * config.hidden_dim + features, config.hidden_dim, batch_first=True, bidirectional=True)
                            if taglm else None)
@@ -154,8 +164,14 @@ class TaggerModel(nn.Module):
         self, word_ids: torch.Tensor, mask: torch.Tensor, features: torch.Tensor | None = None,
         char_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """word_ids (B, T), mask (B, T), features (B, L, T, D) or char_ids (B, T, 50) -> (B, T, N)."""
-        pieces = [self.dropout(self.word_embedding(word_ids))]  # (B, T, word_dim)
+        """word_ids (B, T), mask (B, T), features (B, L, T, D) or char_ids (B, T, 50) -> (B, T, N).
+        char_ids feed the character CNN and a fine-tuned biLM alike."""
+        tokens = self.word_embedding(word_ids)  # (B, T, word_dim)
+        if self.char_encoder is not None:
+            if char_ids is None:
+                raise ValueError("a tagger with a character encoder needs char_ids")
+            tokens = torch.cat([tokens, encode_chars(self.char_encoder, char_ids)], dim=-1)  # [w_k; c_k]
+        pieces = [self.dropout(tokens)]
         layers = None
         if self.config.elmo != "none":
             if self.bilm is not None:

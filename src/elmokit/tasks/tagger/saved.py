@@ -79,10 +79,10 @@ class SequenceTagger:
         for b, tokens in enumerate(chosen):
             mask[b, : len(tokens)] = True
         batch = {"word_ids": word_ids, "mask": mask}
+        if self.model.char_encoder is not None or self.model.bilm is not None:
+            batch["char_ids"] = batch_to_ids(chosen)
         if self.config.elmo != "none":
-            if self.model.bilm is not None:
-                batch["char_ids"] = batch_to_ids(chosen)
-            else:
+            if self.model.bilm is None:
                 if features is not None:
                     feats, feature_mask = features.batch(indices)
                 else:

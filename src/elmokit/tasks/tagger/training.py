@@ -7,6 +7,7 @@ Frozen representations are embedded once per data set into a feature cache (``el
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -25,6 +26,7 @@ from elmokit.tasks.data import TaggedCorpus, bio_to_bioes
 from elmokit.tasks.tagger.metrics import main_metric
 from elmokit.tasks.tagger.model import PAD, UNK, TaggerConfig
 from elmokit.tasks.tagger.saved import SequenceTagger
+from elmokit.tasks.word_input import extend_vocabulary, initialise_embedding
 
 logger = logging.getLogger(__name__)
 
@@ -77,18 +79,21 @@ def train_tagger(
     options: TrainOptions | None = None,
     cache_dir: str | os.PathLike | None = None,
     log=None,
+    word_table=None,
 ) -> SequenceTagger:
     """Train on ``train``, keep the epoch with the best dev score (accuracy for POS, span F1 for
     NER), stop after ``patience`` epochs without improvement. Returns the best tagger with
     ``history`` (one dict per epoch). Frozen features are cached under ``cache_dir`` (default: a
-    temporary folder removed afterwards)."""
+    temporary folder removed afterwards). ``word_table`` (a ``StaticVectors``) initialises the word
+    embedding (``elmokit.tasks.word_input``; ``config.word_dim`` becomes the table's dimension)."""
     with contextlib.ExitStack() as stack:
         if cache_dir is None:
             cache_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="elmokit-tag-features-"))
-        return _fit(train, dev, config, representation, options or TrainOptions(), cache_dir, log or logger.info)
+        return _fit(train, dev, config, representation, options or TrainOptions(), cache_dir, log or logger.info,
+                    word_table)
 
 
-def _fit(train, dev, config, representation, options, cache_dir, log) -> SequenceTagger:
+def _fit(train, dev, config, representation, options, cache_dir, log, word_table=None) -> SequenceTagger:
     seed_everything(options.seed)
     rng = random.Random(options.seed)
     if config.elmo != "none" and representation is None:
@@ -101,8 +106,18 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
             raise UserError(f"{name} set {corpus.path}: sentence {empty[0]} is empty")
     labels = tagging_labels(train, dev, config.scheme, log)
     words = build_words(train.sentences, config.lowercase, config.min_word_count)
+    if word_table is not None:
+        config = dataclasses.replace(config, word_dim=word_table.dim, word_vectors=config.word_vectors or word_table.name)
+        words = extend_vocabulary(words, word_table, lowercase=config.lowercase, freeze=config.freeze_word_vectors)
+    elif config.word_vectors:
+        raise UserError(f"the config names word vectors {config.word_vectors!r}; pass the table (word_table=...)")
     tagger = SequenceTagger(config, words, labels, representation=representation)
     model = tagger.model
+    if word_table is not None:
+        found = initialise_embedding(model.word_embedding, words, word_table, lowercase=config.lowercase,
+                                     freeze=config.freeze_word_vectors, seed=options.seed)
+        log(f"word embedding: {found} of {len(words) - 2} rows from {word_table.name} "
+            f"({'frozen' if config.freeze_word_vectors else 'fine-tuned'})")
 
     train_features = dev_features = None
     parameter_groups = []
@@ -116,7 +131,7 @@ def _fit(train, dev, config, representation, options, cache_dir, log) -> Sequenc
     elif config.elmo != "none":
         train_features = feature_source(representation, train.sentences, cache_dir)
         dev_features = feature_source(representation, dev.sentences, cache_dir)
-    task_parameters = [p for n, p in model.named_parameters() if not n.startswith("bilm.")]
+    task_parameters = [p for n, p in model.named_parameters() if not n.startswith("bilm.") and p.requires_grad]
     parameter_groups.insert(0, {"params": task_parameters, "lr": options.learning_rate})
     optimizer = torch.optim.Adam(parameter_groups)
 
