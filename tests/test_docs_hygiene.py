@@ -28,6 +28,8 @@ ABSENT = re.compile(r"DESIGN(\.md| convention| rule)|performance_notes|spec §|\
 # A path with a folder and a file name: checked when its first folder is one of the repository's.
 PATH = re.compile(r"(?<![\w./~-])((?:[\w.-]+/)+[\w.{},*-]+\.(?:md|py|json|txt|toml|ya?ml|png|svg|safetensors|hdf5|sh))\b")
 BASES = (ROOT, ROOT / "src", PACKAGE, ROOT / "docs")
+# Folders a user's own runs create in a checkout (ignored by git): a docs path into them names the user's files
+USER_FOLDERS = {"runs", "site", "build", "dist", ".venv"}
 
 # Lines another room of the project still has to reword (the file's owner edits it); remove once gone.
 PENDING: dict[str, list[str]] = {}
@@ -41,6 +43,8 @@ def exists(reference: str) -> bool | None:
     """True/False for a reference into the repository's own folders; None for anything else."""
     first = reference.split("/", 1)[0]
     for base in BASES:
+        if first in USER_FOLDERS and base == ROOT:
+            return None
         if first not in ("..", ".") and (base / first).is_dir():
             pattern = str(base / reference)
             for part in re.findall(r"\{([^}]*)\}", reference):  # tests/x_{a,b}.py: each must exist
@@ -88,3 +92,5 @@ def test_the_patterns_catch_what_they_are_for(tmp_path):
         f"issue number {issue!r}", f"date {day!r}", "'DESIGN.md' is not in the repository",
         "'spec §' is not in the repository", "'src/elmokit/nope.py' does not exist",
         "'tests/test_{readme,nope}.py' does not exist"]
+    # a path into the user's own runs is never checked, whether or not this checkout has a runs/ folder
+    assert exists("runs/my_bilm/model/config.json") is None
