@@ -43,15 +43,14 @@ GRACE_MARGIN_S = 2.0
 MAX_HEAD_BYTES = 16 * 1024
 
 
-class _TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose request head does not arrive in time."""
+class _HeadDeadline:
+    """A deadline for a request head, shared by both protocols: armed when a connection opens or a response
+    ends, disarmed when the head is complete; on expiry the connection closes if it is still waiting for one."""
 
     read_timeout_s = 10.0
 
-    def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        self._head_timer = None
-        self._arm_head_timer()
+    def _waiting_for_head(self) -> bool:
+        raise NotImplementedError
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
@@ -64,10 +63,22 @@ class _TimedH11Protocol(H11Protocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self._waiting_for_head() and not self.transport.is_closing():
             self.logger.info("closing a connection that sent no complete request head within %g s (--read-timeout-s)",
                              self.read_timeout_s)
             self.transport.close()
+
+
+class _TimedH11Protocol(_HeadDeadline, H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head does not arrive in time."""
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._head_timer = None
+        self._arm_head_timer()
+
+    def _waiting_for_head(self) -> bool:
+        return self.conn.their_state is h11.IDLE
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -85,11 +96,9 @@ class _TimedH11Protocol(H11Protocol):
 
 
 if HttpToolsProtocol is not None:
-    class _TimedHttpToolsProtocol(HttpToolsProtocol):
+    class _TimedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
         """uvicorn's httptools protocol with the h11 one's guards: a head must arrive within
         ``read_timeout_s`` and hold at most MAX_HEAD_BYTES (uvicorn's httptools protocol has no limit)."""
-
-        read_timeout_s = 10.0
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -99,21 +108,8 @@ if HttpToolsProtocol is not None:
             self._heads = 0  # request heads completed on this connection
             self._arm_head_timer()
 
-        def _arm_head_timer(self) -> None:
-            self._disarm_head_timer()
-            self._head_timer = self.loop.call_later(self.read_timeout_s, self._head_timed_out)
-
-        def _disarm_head_timer(self) -> None:
-            if getattr(self, "_head_timer", None) is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if self._in_head and not self.transport.is_closing():
-                self.logger.info("closing a connection that sent no complete request head within %g s "
-                                 "(--read-timeout-s)", self.read_timeout_s)
-                self.transport.close()
+        def _waiting_for_head(self) -> bool:
+            return self._in_head
 
         def data_received(self, data: bytes) -> None:
             counting, heads = self._in_head, self._heads
