@@ -31,6 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "results" / "elmo" / "table1"
+# Restricted data (CoNLL-2003) is evaluated in place and never committed, nor are its runs' records: they stay
+# in the git-ignored runs/ folder beside the data's other products, and the section shows them where present.
+RESTRICTED = {"ner_conll2003"}
+LOCAL_OUT = REPO / "runs" / "table1_restricted"
 VECTORS = "runs/sgns_gutenberg"  # `elmokit static train` output (see VECTORS_COMMAND); not committed
 VECTORS_COMMAND = ("elmokit static train --algo skipgram --corpus '../shared/data/gutenberg_en/train.*.txt.xz' "
                    "--keep-case --limit-lines 160000 --workers 1 --out runs/sgns_gutenberg")
@@ -62,6 +66,11 @@ TASKS = {
 }
 
 
+def record_dir(task: str, out_dir: Path) -> Path:
+    """Where a task's records go: ``out_dir``, or LOCAL_OUT for restricted data when ``out_dir`` is the docs'."""
+    return LOCAL_OUT if task in RESTRICTED and out_dir == OUT else out_dir
+
+
 def command(task: str, seed: int, threads: int, out_dir: Path) -> list[str]:
     record = os.path.relpath(out_dir / f"{task}_seed{seed}.json", REPO)
     return ["elmokit", *TASKS[task][1], "--seed", str(seed), "--threads", str(threads), "--out", record]
@@ -69,6 +78,7 @@ def command(task: str, seed: int, threads: int, out_dir: Path) -> list[str]:
 
 def run(task: str, seed: int, threads: int, out_dir: Path) -> Path | None:
     """Run one (task, seed) unless its record exists; add command, date, machine and wall time to it."""
+    out_dir = record_dir(task, out_dir)
     target = out_dir / f"{task}_seed{seed}.json"
     if target.exists():
         return None
@@ -102,9 +112,10 @@ def arms(record: dict) -> dict[str, dict]:
 
 
 def load_records(out_dir: Path) -> dict[str, list[dict]]:
-    """task -> its records, by seed."""
+    """task -> its records, by seed (for the docs' folder, with the restricted data's local records)."""
     tasks: dict[str, list[dict]] = {}
-    for path in sorted(out_dir.glob("*_seed*.json")):
+    folders = [out_dir, LOCAL_OUT] if out_dir == OUT else [out_dir]
+    for path in sorted((p for folder in folders for p in folder.glob("*_seed*.json")), key=lambda p: p.name):
         record = json.loads(path.read_text())
         tasks.setdefault(record["task"], []).append(record)
     return {task: sorted(records, key=lambda r: r["seed"]) for task, records in tasks.items()}
@@ -245,7 +256,9 @@ def table1_lines(out_dir: Path = OUT, weak_gains: dict[str, float] | None = None
     lines += ["", "Data and cost: " + "; ".join(notes) + ".", "",
               "Best epochs: " + ("every arm's best epoch came before its last (each stopped by patience, none by the "
                                  "ceiling)." if not stale else "still at their last epoch: " + ", ".join(stale) + "."), "",
-              "Commands (each writes its record into `docs/results/elmo/table1/`; "
+              "Commands (each writes its record into `docs/results/elmo/table1/`, CoNLL-2003's into the local "
+              "`runs/table1_restricted/`: restricted data, neither it nor its records are committed (the `--out` of its "
+              "commands below names where the records were first written); "
               "`python benchmarks/elmo_table1.py` reruns what is missing): " + "; ".join(commands), "",
               f"The vectors: `{VECTORS_COMMAND}`.", "",
               "Against the paper's gain: " + "; ".join(verdicts) + ". "

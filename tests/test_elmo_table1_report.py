@@ -48,3 +48,14 @@ def test_rows_from_records_with_spread_margin_and_epochs(tmp_path):
     assert "smaller than the paper's, and not told from no gain at all" in script.verdict([-1.0, 1.0, 0.0], 3.0)
     assert script.verdict([-3.0, -2.0, -4.0], 1.0).startswith("reversed")
     assert script.table1_lines(tmp_path / "none") == []
+
+
+def test_restricted_data_records_stay_in_the_ignored_runs_folder(tmp_path):
+    script = load_benchmark("elmo_table1")
+    # CoNLL-2003 is restricted: with the docs' folder as the target its records go to runs/, never into docs/
+    assert script.record_dir("ner_conll2003", script.OUT) == script.LOCAL_OUT
+    assert script.LOCAL_OUT.relative_to(script.REPO).parts[0] == "runs"
+    assert script.record_dir("ner_wikiann", script.OUT) == script.OUT
+    assert script.record_dir("ner_conll2003", tmp_path) == tmp_path  # an explicit --out-dir is the user's
+    ignored = (script.REPO / ".gitignore").read_text().splitlines()
+    assert "/runs/" in ignored
