@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from elmokit.io import write_json  # noqa: E402
+
 
 def cpu_us(fn, repeats: int, inner: int) -> float:
     fn()
@@ -160,7 +162,7 @@ def main() -> int:
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result, indent=1)
     return 0
 
 

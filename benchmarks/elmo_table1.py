@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from elmokit.io import write_json  # noqa: E402
+
 OUT = REPO / "docs" / "results" / "elmo" / "table1"
 # Restricted data (CoNLL-2003) is evaluated in place and never committed, nor are its runs' records: they stay
 # in the git-ignored runs/ folder beside the data's other products, and the section shows them where present.
@@ -90,7 +94,7 @@ def run(task: str, seed: int, threads: int, out_dir: Path) -> Path | None:
     record = json.loads(target.read_text())
     record.update(command=shlex.join(argv), seed=seed, task=task, date=datetime.date.today().isoformat(),
                   machine=MACHINE, wall_seconds=round(time.perf_counter() - began, 1), vectors_command=VECTORS_COMMAND)
-    target.write_text(json.dumps(record, indent=1) + "\n")
+    write_json(target, record, indent=1)
     return target
 
 

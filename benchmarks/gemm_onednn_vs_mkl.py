@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -61,7 +60,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     from pretrain_vs_trainer import cpu_details, machine
 
-    from elmokit.io import atomic_path
+    from elmokit.io import write_json
     from elmokit.pretraining.fused import HAVE_ONEDNN, _onednn
 
     if not HAVE_ONEDNN:
@@ -90,8 +89,7 @@ def main(argv=None) -> None:
               "clock": "process CPU time per product, median of the repeats", "rows": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_json(out, record, indent=1)
     print(f"wrote {out}")
 
 
